@@ -1,0 +1,355 @@
+#include <config.h>
+
+#include "fsutil.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+int dsec_write_all(int fd, const void *buf, size_t len,
+                   struct dsec_error **err)
+{
+  const char *p = buf;
+  while (len > 0) {
+    ssize_t n = write(fd, p, len);
+    if (n < 0) {
+      if (errno == EINTR)
+        continue;
+      return dsec_fail(err, errno, "write failed");
+    }
+    p += n;
+    len -= (size_t) n;
+  }
+  return 0;
+}
+
+char *dsec_read_fd(int fd, size_t max, size_t *len, struct dsec_error **err)
+{
+  size_t cap = 8192, n = 0;
+  char *buf = xmalloc(cap + 1);
+
+  for (;;) {
+    ssize_t r;
+    if (n == cap) {
+      if (cap > max) {
+        free(buf);
+        dsec_bad_input(err, "input larger than %zu bytes", max);
+        return NULL;
+      }
+      cap *= 2;
+      buf = xrealloc(buf, cap + 1);
+    }
+    r = read(fd, buf + n, cap - n);
+    if (r < 0) {
+      if (errno == EINTR)
+        continue;
+      free(buf);
+      dsec_fail(err, errno, "read failed");
+      return NULL;
+    }
+    if (r == 0)
+      break;
+    n += (size_t) r;
+    if (n > max) {
+      free(buf);
+      dsec_bad_input(err, "input larger than %zu bytes", max);
+      return NULL;
+    }
+  }
+  buf[n] = '\0';
+  if (len)
+    *len = n;
+  return buf;
+}
+
+char *dsec_read_file_at(int dirfd, const char *path, size_t max, size_t *len,
+                        struct dsec_error **err)
+{
+  _cleanup_close_ int fd = openat(dirfd, path, O_RDONLY | O_CLOEXEC);
+  char *buf;
+
+  if (fd < 0) {
+    dsec_error_set(err, errno == ENOENT ? DSEC_EXIT_INPUT : DSEC_EXIT_FAILURE,
+                   errno, "cannot open %s", path);
+    return NULL;
+  }
+  buf = dsec_read_fd(fd, max, len, err);
+  if (!buf)
+    dsec_error_wrap(err, "%s", path);
+  return buf;
+}
+
+int dsec_open_tmp_at(int dirfd, const char *name, mode_t mode, char **tmpname,
+                     struct dsec_error **err)
+{
+  for (int tries = 0; tries < 100; tries++) {
+    uint64_t r;
+    char *t;
+    int fd;
+
+    if (getrandom(&r, sizeof r, 0) != sizeof r)
+      r = ((uint64_t) getpid() << 32) ^ (uint64_t) tries ^ (uint64_t) &r;
+    t = xasprintf("%s.tmp-%016llx", name, (unsigned long long) r);
+    fd = openat(dirfd, t, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, mode);
+    if (fd >= 0) {
+      *tmpname = t;
+      return fd;
+    }
+    free(t);
+    if (errno != EEXIST)
+      return dsec_fail(err, errno, "cannot create a temporary file for %s",
+                       name);
+  }
+  return dsec_fail(err, EEXIST, "cannot create a temporary file for %s", name);
+}
+
+int dsec_fsync_dir(int dirfd, struct dsec_error **err)
+{
+  /* O_PATH descriptors cannot be fsync'd: reopen when needed. */
+  int ret = fsync(dirfd);
+  if (ret < 0 && errno == EBADF) {
+    _cleanup_close_ int fd = openat(dirfd, ".", O_RDONLY | O_DIRECTORY |
+                                                   O_CLOEXEC);
+    if (fd < 0)
+      return dsec_fail(err, errno, "cannot open directory to sync it");
+    ret = fsync(fd);
+  }
+  if (ret < 0 && errno != EINVAL && errno != EROFS)
+    return dsec_fail(err, errno, "cannot sync directory");
+  return 0;
+}
+
+int dsec_commit_tmp_at(int dirfd, int fd, const char *tmpname,
+                       const char *name, struct dsec_error **err)
+{
+  if (fsync(fd) < 0) {
+    int e = errno;
+    unlinkat(dirfd, tmpname, 0);
+    return dsec_fail(err, e, "cannot sync %s", name);
+  }
+  if (renameat(dirfd, tmpname, dirfd, name) < 0) {
+    int e = errno;
+    unlinkat(dirfd, tmpname, 0);
+    return dsec_fail(err, e, "cannot rename %s into place", name);
+  }
+  return dsec_fsync_dir(dirfd, err);
+}
+
+int dsec_write_file_atomic(int dirfd, const char *name, const void *buf,
+                           size_t len, mode_t mode, struct dsec_error **err)
+{
+  _cleanup_free_ char *tmp = NULL;
+  _cleanup_close_ int fd = dsec_open_tmp_at(dirfd, name, mode, &tmp, err);
+  int ret;
+
+  if (fd < 0)
+    return fd;
+  ret = dsec_write_all(fd, buf, len, err);
+  if (ret < 0) {
+    unlinkat(dirfd, tmp, 0);
+    return dsec_error_wrap(err, "%s", name);
+  }
+  return dsec_commit_tmp_at(dirfd, fd, tmp, name, err);
+}
+
+int dsec_mkdir_p(int dirfd, const char *path, mode_t mode,
+                 struct dsec_error **err)
+{
+  _cleanup_free_ char *p = xstrdup(path);
+  char *s = p;
+
+  if (*s == '/')
+    s++;
+  for (;;) {
+    char *slash = strchr(s, '/');
+    if (slash)
+      *slash = '\0';
+    if (*s && mkdirat(dirfd, p, mode) < 0 && errno != EEXIST)
+      return dsec_fail(err, errno, "cannot create directory %s", p);
+    if (!slash)
+      break;
+    *slash = '/';
+    s = slash + 1;
+  }
+  return 0;
+}
+
+int dsec_open_dir_at(int dirfd, const char *path, bool create,
+                     struct dsec_error **err)
+{
+  int fd;
+  if (create) {
+    int ret = dsec_mkdir_p(dirfd, path, 0755, err);
+    if (ret < 0)
+      return ret;
+  }
+  fd = openat(dirfd, path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0)
+    return dsec_fail(err, errno, "cannot open directory %s", path);
+  return fd;
+}
+
+static int rm_rf_children(int fd, dev_t dev, struct dsec_error **err)
+{
+  DIR *d = fdopendir(fd);
+  struct dirent *de;
+  int ret = 0;
+
+  if (!d) {
+    close(fd);
+    return dsec_fail(err, errno, "cannot read directory");
+  }
+  while ((de = readdir(d))) {
+    struct stat st;
+    if (strcmp(de->d_name, ".") == 0 || strcmp(de->d_name, "..") == 0)
+      continue;
+    if (fstatat(dirfd(d), de->d_name, &st, AT_SYMLINK_NOFOLLOW) < 0) {
+      if (errno == ENOENT)
+        continue;
+      ret = dsec_fail(err, errno, "cannot stat %s", de->d_name);
+      break;
+    }
+    if (S_ISDIR(st.st_mode)) {
+      int cfd;
+      if (st.st_dev != dev) {
+        ret = dsec_fail(err, EBUSY, "%s is a mount point", de->d_name);
+        break;
+      }
+      cfd = openat(dirfd(d), de->d_name,
+                   O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+      if (cfd < 0 && errno == EACCES) {
+        /* a read-only directory from an archive: make it ours first */
+        if (fchmodat(dirfd(d), de->d_name, 0700, 0) == 0)
+          cfd = openat(dirfd(d), de->d_name,
+                     O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+      }
+      if (cfd < 0) {
+        ret = dsec_fail(err, errno, "cannot open %s", de->d_name);
+        break;
+      }
+      ret = rm_rf_children(cfd, dev, err);
+      if (ret < 0) {
+        dsec_error_wrap(err, "%s", de->d_name);
+        break;
+      }
+      if (unlinkat(dirfd(d), de->d_name, AT_REMOVEDIR) < 0 &&
+          errno != ENOENT) {
+        ret = dsec_fail(err, errno, "cannot remove %s", de->d_name);
+        break;
+      }
+    } else if (unlinkat(dirfd(d), de->d_name, 0) < 0 && errno != ENOENT) {
+      ret = dsec_fail(err, errno, "cannot remove %s", de->d_name);
+      break;
+    }
+  }
+  closedir(d);
+  return ret;
+}
+
+int dsec_rm_rf_at(int dirfd, const char *name, struct dsec_error **err)
+{
+  struct stat st;
+  int fd, ret;
+
+  if (fstatat(dirfd, name, &st, AT_SYMLINK_NOFOLLOW) < 0) {
+    if (errno == ENOENT)
+      return 0;
+    return dsec_fail(err, errno, "cannot stat %s", name);
+  }
+  if (!S_ISDIR(st.st_mode)) {
+    if (unlinkat(dirfd, name, 0) < 0 && errno != ENOENT)
+      return dsec_fail(err, errno, "cannot remove %s", name);
+    return 0;
+  }
+  fd = openat(dirfd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+  if (fd < 0)
+    return dsec_fail(err, errno, "cannot open %s", name);
+  ret = rm_rf_children(fd, st.st_dev, err);
+  if (ret < 0)
+    return dsec_error_wrap(err, "cannot remove %s", name);
+  if (unlinkat(dirfd, name, AT_REMOVEDIR) < 0 && errno != ENOENT)
+    return dsec_fail(err, errno, "cannot remove %s", name);
+  return 0;
+}
+
+static int64_t du_walk(int fd, dev_t dev)
+{
+  DIR *d = fdopendir(fd);
+  struct dirent *de;
+  int64_t total = 0;
+
+  if (!d) {
+    close(fd);
+    return 0;
+  }
+  while ((de = readdir(d))) {
+    struct stat st;
+    if (strcmp(de->d_name, ".") == 0 || strcmp(de->d_name, "..") == 0)
+      continue;
+    if (fstatat(dirfd(d), de->d_name, &st, AT_SYMLINK_NOFOLLOW) < 0)
+      continue;
+    if (S_ISDIR(st.st_mode) && st.st_dev == dev) {
+      int cfd = openat(dirfd(d), de->d_name,
+                       O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+      if (cfd >= 0)
+        total += du_walk(cfd, dev);
+    }
+    total += (int64_t) st.st_blocks * 512;
+  }
+  closedir(d);
+  return total;
+}
+
+int64_t dsec_disk_usage_at(int dirfd, const char *name)
+{
+  struct stat st;
+  int fd;
+
+  if (fstatat(dirfd, name, &st, AT_SYMLINK_NOFOLLOW) < 0)
+    return 0;
+  if (!S_ISDIR(st.st_mode))
+    return (int64_t) st.st_blocks * 512;
+  fd = openat(dirfd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+  if (fd < 0)
+    return 0;
+  return (int64_t) st.st_blocks * 512 + du_walk(fd, st.st_dev);
+}
+
+int dsec_copy_fd(int in, int out, uint64_t *copied, struct dsec_error **err)
+{
+  char buf[65536];
+  uint64_t total = 0;
+
+  for (;;) {
+    ssize_t n = read(in, buf, sizeof buf);
+    if (n < 0) {
+      if (errno == EINTR)
+        continue;
+      return dsec_fail(err, errno, "read failed");
+    }
+    if (n == 0)
+      break;
+    if (dsec_write_all(out, buf, (size_t) n, err) < 0)
+      return -1;
+    total += (uint64_t) n;
+  }
+  if (copied)
+    *copied = total;
+  return 0;
+}
+
+char *dsec_abspath(const char *path, struct dsec_error **err)
+{
+  char *r = realpath(path, NULL);
+  if (!r)
+    dsec_error_set(err, errno == ENOENT ? DSEC_EXIT_INPUT : DSEC_EXIT_FAILURE,
+                   errno, "%s", path);
+  return r;
+}

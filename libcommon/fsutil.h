@@ -1,0 +1,52 @@
+/* File helpers.  Every state file is written to a temporary name, fsync'd,
+ * renamed over the final name, and its directory fsync'd: a crash at any
+ * point leaves the old file or the new one, never a mix. */
+#ifndef DSEC_FSUTIL_H
+#define DSEC_FSUTIL_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "error.h"
+
+int dsec_write_all(int fd, const void *buf, size_t len,
+                   struct dsec_error **err);
+/* Reads all of fd, failing (bad input) past max bytes.  Returns a new
+ * NUL-terminated buffer; *len excludes the NUL. */
+char *dsec_read_fd(int fd, size_t max, size_t *len, struct dsec_error **err);
+char *dsec_read_file_at(int dirfd, const char *path, size_t max, size_t *len,
+                        struct dsec_error **err);
+
+/* Temp file "<name>.tmp-<random>" created O_EXCL next to name.  Returns
+ * the fd; *tmpname is new. */
+int dsec_open_tmp_at(int dirfd, const char *name, mode_t mode, char **tmpname,
+                     struct dsec_error **err);
+/* fsync(fd), rename tmpname over name, fsync the directory. */
+int dsec_commit_tmp_at(int dirfd, int fd, const char *tmpname,
+                       const char *name, struct dsec_error **err);
+int dsec_write_file_atomic(int dirfd, const char *name, const void *buf,
+                           size_t len, mode_t mode, struct dsec_error **err);
+
+int dsec_fsync_dir(int dirfd, struct dsec_error **err);
+/* mkdir -p relative to dirfd; existing directories are fine. */
+int dsec_mkdir_p(int dirfd, const char *path, mode_t mode,
+                 struct dsec_error **err);
+/* Opens path (relative to dirfd) as an O_DIRECTORY|O_PATH-free dirfd,
+ * creating it (mkdir -p) when create is set. */
+int dsec_open_dir_at(int dirfd, const char *path, bool create,
+                     struct dsec_error **err);
+/* rm -rf of dirfd/name without following symlinks or crossing mounts;
+ * a missing name is not an error. */
+int dsec_rm_rf_at(int dirfd, const char *name, struct dsec_error **err);
+/* Bytes allocated on disk under dirfd/name (st_blocks * 512), not
+ * crossing mounts; a hardlinked file counts once per name. */
+int64_t dsec_disk_usage_at(int dirfd, const char *name);
+
+/* Copies until EOF; *copied gets the byte count when not NULL. */
+int dsec_copy_fd(int in, int out, uint64_t *copied, struct dsec_error **err);
+
+/* Canonical absolute path of an existing file (realpath), new string. */
+char *dsec_abspath(const char *path, struct dsec_error **err);
+
+#endif

@@ -1,0 +1,1056 @@
+#include <config.h>
+
+#include "layer.h"
+
+#include <archive.h>
+#include <archive_entry.h>
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <zstd.h>
+
+#include "fsutil.h"
+#include "lock.h"
+#include "log.h"
+#include "process.h"
+
+static int writer_write(void *ud, const void *buf, size_t len,
+                        struct dsec_error **err)
+{
+  return dsec_blob_writer_write(ud, buf, len, err);
+}
+
+/* A private temporary directory under the store's tmp/ (new path). */
+static char *store_mkdtemp(struct dsec_store *s, const char *what,
+                           struct dsec_error **err)
+{
+  char *path = xasprintf("%s/tmp/%s-XXXXXX", s->path, what);
+  if (!mkdtemp(path)) {
+    dsec_fail(err, errno, "cannot create a temporary directory");
+    free(path);
+    return NULL;
+  }
+  return path;
+}
+
+static void rm_tree_abs(const char *path)
+{
+  _cleanup_error_ struct dsec_error *e = NULL;
+  if (path && dsec_rm_rf_at(AT_FDCWD, path, &e) < 0)
+    dsec_warn("cannot remove %s: %s", path, e->msg);
+}
+
+/* Builds a .git of the work tree's current commit only: a depth-1 fetch
+ * of HEAD into a fresh repository, so history, other refs, reflogs and
+ * unreachable objects are not carried into the layer (agents read answers
+ * from future commits).  Returns the new repository's path. */
+static char *scrub_git(struct dsec_store *s, const char *dir,
+                       struct dsec_error **err)
+{
+  _cleanup_free_ char *tmp = NULL;
+  _cleanup_free_ char *abs = NULL;
+  _cleanup_free_ char *url = NULL;
+  _cleanup_free_ char *branch = NULL;
+  _cleanup_free_ char *gitdir = NULL;
+  _cleanup_free_ char *safe = NULL;
+  struct stat st;
+  int ret;
+
+  gitdir = xasprintf("%s/.git", dir);
+  if (lstat(gitdir, &st) < 0 || !S_ISDIR(st.st_mode)) {
+    dsec_bad_input(err, "--scrub-git: %s has no .git directory", dir);
+    return NULL;
+  }
+  abs = dsec_abspath(dir, err);
+  if (!abs)
+    return NULL;
+  tmp = store_mkdtemp(s, "git", err);
+  if (!tmp)
+    return NULL;
+  url = xasprintf("file://%s", abs);
+  safe = xasprintf("safe.directory=%s", abs);
+  {
+    char *argv[] = { GIT_PROG, "-c", safe, "-C", abs, "symbolic-ref", "-q",
+                     "HEAD", NULL };
+    _cleanup_error_ struct dsec_error *e = NULL;
+    if (dsec_run_program(argv, NULL, &branch, &e) == 0)
+      branch[strcspn(branch, "\n")] = '\0';
+    else
+      branch = NULL; /* detached HEAD */
+  }
+  {
+    char *init[] = { GIT_PROG, "init", "-q", tmp, NULL };
+    char *fetch[] = { GIT_PROG, "-c", safe, "-C", tmp, "fetch", "-q",
+                      "--depth=1", "--no-tags", "--no-recurse-submodules",
+                      url, "HEAD", NULL };
+    ret = dsec_run_program(init, NULL, NULL, err);
+    if (ret == 0)
+      ret = dsec_run_program(fetch, NULL, NULL, err);
+  }
+  if (ret == 0) {
+    if (branch && *branch) {
+      char *upd[] = { GIT_PROG, "-C", tmp, "update-ref", branch, "FETCH_HEAD",
+                      NULL };
+      char *sym[] = { GIT_PROG, "-C", tmp, "symbolic-ref", "HEAD", branch,
+                      NULL };
+      ret = dsec_run_program(upd, NULL, NULL, err);
+      if (ret == 0)
+        ret = dsec_run_program(sym, NULL, NULL, err);
+    } else {
+      char *upd[] = { GIT_PROG, "-C", tmp, "update-ref", "--no-deref", "HEAD",
+                      "FETCH_HEAD", NULL };
+      ret = dsec_run_program(upd, NULL, NULL, err);
+    }
+  }
+  if (ret == 0) {
+    char *rt[] = { GIT_PROG, "-C", tmp, "read-tree", "HEAD", NULL };
+    char *rf[] = { GIT_PROG, "-C", tmp, "reflog", "expire", "--expire=now",
+                   "--all", NULL };
+    ret = dsec_run_program(rt, NULL, NULL, err);
+    if (ret == 0)
+      ret = dsec_run_program(rf, NULL, NULL, err);
+  }
+  if (ret == 0) {
+    _cleanup_free_ char *fh = xasprintf("%s/.git/FETCH_HEAD", tmp);
+    _cleanup_free_ char *logs = xasprintf("%s/.git/logs", tmp);
+    _cleanup_free_ char *hooks = xasprintf("%s/.git/hooks", tmp);
+    unlink(fh);
+    rm_tree_abs(logs);
+    rm_tree_abs(hooks);
+  }
+  if (ret < 0) {
+    rm_tree_abs(tmp);
+    dsec_error_wrap(err, "--scrub-git");
+    return NULL;
+  }
+  return steal_pointer(&tmp);
+}
+
+int dsec_layer_create(struct dsec_store *s,
+                      const struct dsec_layer_create_opts *o, json_t **record,
+                      struct dsec_error **err)
+{
+  _cleanup_free_ char *name = NULL;
+  _cleanup_free_ char *version = NULL;
+  _cleanup_free_ char *gitrepo = NULL;
+  _cleanup_close_ int gc = -1;
+  json_t *meta = NULL;
+  bool cached = false;
+  int ret;
+
+  if (o->name && dsec_ref_split(o->name, &name, &version, err) < 0)
+    return dsec_error_wrap(err, "--name");
+  gc = dsec_store_lock_gc(s, false, err);
+  if (gc < 0)
+    return -1;
+
+  if (o->tar) {
+    _cleanup_close_ int fd = strcmp(o->tar, "-") == 0
+                               ? dup(STDIN_FILENO)
+                               : open(o->tar, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+      return dsec_error_set(err, errno == ENOENT ? DSEC_EXIT_INPUT
+                                                 : DSEC_EXIT_FAILURE,
+                            errno, "cannot open %s", o->tar);
+    ret = dsec_layer_import_fd(s, fd, NULL, NULL, &o->policy, &meta, &cached,
+                               err);
+    if (ret < 0)
+      return dsec_error_wrap(err, "%s", o->tar);
+  } else {
+    struct dsec_blob_writer *w = NULL;
+    static const char *const no_git[] = { ".git", NULL };
+    struct dsec_tar_source src[2] = {
+      { o->dir, "", o->scrub_git ? no_git : NULL },
+      { NULL, ".git", NULL },
+    };
+    size_t nsrc = 1;
+    struct stat st;
+
+    if (stat(o->dir, &st) < 0 || !S_ISDIR(st.st_mode))
+      return dsec_error_set(err, DSEC_EXIT_INPUT, errno,
+                            "%s is not a directory", o->dir);
+    if (o->scrub_git) {
+      _cleanup_free_ char *dotgit = NULL;
+      gitrepo = scrub_git(s, o->dir, err);
+      if (!gitrepo)
+        return -1;
+      dotgit = xasprintf("%s/.git", gitrepo);
+      src[1].dir = xstrdup(dotgit);
+      nsrc = 2;
+    }
+    ret = dsec_blob_writer_open(s, &w, err);
+    if (ret == 0) {
+      ret = dsec_tar_create(src, nsrc, writer_write, w, true, err);
+      if (ret < 0)
+        dsec_blob_writer_abort(w);
+      else
+        ret = dsec_layer_import_writer(s, w, NULL, DSEC_MT_OCI_LAYER "+zstd",
+                                       &o->policy, &meta, &cached, err);
+    }
+    free((char *) src[1].dir);
+    rm_tree_abs(gitrepo);
+    if (ret < 0)
+      return dsec_error_wrap(err, "%s", o->dir);
+  }
+
+  if (name) {
+    ret = dsec_ref_set(s, name, version, DSEC_KIND_LAYER,
+                       json_string_value(json_object_get(meta, "digest")), err);
+    if (ret < 0) {
+      json_decref(meta);
+      return ret;
+    }
+    json_object_set_new(meta, "name", json_sprintf("%s@%s", name, version));
+  }
+  json_object_set_new(meta, "cached", json_boolean(cached));
+  *record = meta;
+  return 0;
+}
+
+static int clean_stale(int dfd, const char *prefix)
+{
+  _cleanup_closedir_ DIR *d = NULL;
+  struct dirent *de;
+  int fd = openat(dfd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+
+  if (fd < 0 || !(d = fdopendir(fd))) {
+    if (fd >= 0)
+      close(fd);
+    return 0;
+  }
+  while ((de = readdir(d)))
+    if (dsec_str_has_prefix(de->d_name, prefix)) {
+      _cleanup_error_ struct dsec_error *e = NULL;
+      dsec_rm_rf_at(dfd, de->d_name, &e);
+    }
+  return 0;
+}
+
+/* Extracts the layer's blob into a new directory under dfd (named
+ * "<base>.tmp-XXXXXX"), verifying the blob.  Returns the name (new). */
+static char *extract_tmp(struct dsec_store *s, int dfd, const char *base,
+                         const char *digest, json_t *meta,
+                         struct dsec_error **err)
+{
+  _cleanup_free_ char *name = NULL;
+  _cleanup_free_ char *path = NULL;
+  _cleanup_close_ int fd = -1;
+  struct dsec_tar_policy p = { 0 };
+  struct dsec_tar_stats st;
+  uint64_t r;
+
+  if (getrandom(&r, sizeof r, 0) != sizeof r)
+    r = (uint64_t) getpid();
+  name = xasprintf("%s.tmp-%016llx", base, (unsigned long long) r);
+  if (mkdirat(dfd, name, 0755) < 0) {
+    dsec_fail(err, errno, "cannot create %s", name);
+    return NULL;
+  }
+  /* mkdir's mode went through the umask; the top must be 0755 */
+  if (fchmodat(dfd, name, 0755, 0) < 0) {
+    dsec_fail(err, errno, "cannot set the mode of %s", name);
+    unlinkat(dfd, name, AT_REMOVEDIR);
+    return NULL;
+  }
+  path = xasprintf("%s/layers/%s/%s", s->path, dsec_digest_hex(digest), name);
+  fd = dsec_store_open_blob(s, digest, err);
+  if (fd < 0)
+    goto fail;
+  p.keep_setuid = json_is_true(json_object_get(meta, "keep_setuid"));
+  /* the size it had at import bounds it now */
+  p.max_size = (uint64_t) json_integer_value(
+    json_object_get(meta, "uncompressed_size"));
+  if (p.max_size == 0)
+    p.max_size = DSEC_DEFAULT_MAX_SIZE;
+  if (dsec_tar_extract(fd, path, &p, digest, &st, err) < 0)
+    goto fail;
+  return steal_pointer(&name);
+fail:
+  dsec_error_wrap(err, "layer %s", digest);
+  rm_tree_abs(path);
+  return NULL;
+}
+
+static int make_erofs(struct dsec_store *s, int dfd, const char *digest,
+                      const char *tree, struct dsec_error **err)
+{
+  _cleanup_free_ char *tmpname = NULL;
+  _cleanup_free_ char *tmppath = NULL;
+  _cleanup_close_ int fd = -1;
+  int ret;
+
+  fd = dsec_open_tmp_at(dfd, "layer.erofs", 0444, &tmpname, err);
+  if (fd < 0)
+    return -1;
+  tmppath = xasprintf("%s/layers/%s/%s", s->path, dsec_digest_hex(digest),
+                      tmpname);
+  {
+    /* uncompressed, data blocks aligned (noinline_data) so the image can
+     * be mapped with DAX by the VM backends; per-file times kept */
+    char *argv[] = { MKFS_EROFS, "--quiet", "-Enoinline_data",
+                     "--preserve-mtime", tmppath, (char *) tree, NULL };
+    ret = dsec_run_program(argv, NULL, NULL, err);
+  }
+  if (ret < 0) {
+    unlinkat(dfd, tmpname, 0);
+    return dsec_error_wrap(err, "cannot build the EROFS image of %s", digest);
+  }
+  return dsec_commit_tmp_at(dfd, fd, tmpname, "layer.erofs", err);
+}
+
+int dsec_layer_materialise(struct dsec_store *s, const char *digest,
+                           enum dsec_layer_format fmt, char **path, bool *made,
+                           struct dsec_error **err)
+{
+  _cleanup_json_ json_t *meta = dsec_layer_meta(s, digest);
+  _cleanup_close_ int lock = -1;
+  _cleanup_close_ int dfd = -1;
+  const char *final = fmt == DSEC_FORMAT_EROFS ? "layer.erofs" : "rootfs";
+  struct stat st;
+
+  if (!meta)
+    return dsec_bad_input(err, "%s is not a layer in the store", digest);
+  dfd = dsec_open_dir_at(s->layers_fd, dsec_digest_hex(digest), false, err);
+  if (dfd < 0)
+    return -1;
+  *made = false;
+  /* fast path: made before, no lock needed (it appears only complete) */
+  if (fstatat(dfd, final, &st, AT_SYMLINK_NOFOLLOW) == 0)
+    goto done;
+
+  lock = dsec_store_lock(s, "layer", digest, err);
+  if (lock < 0)
+    return -1;
+  if (fstatat(dfd, final, &st, AT_SYMLINK_NOFOLLOW) == 0)
+    goto done;
+  /* leftovers of a crashed materialisation: we hold the lock */
+  clean_stale(dfd, fmt == DSEC_FORMAT_EROFS ? "layer.erofs.tmp-"
+                                            : "rootfs.tmp-");
+
+  if (fmt == DSEC_FORMAT_DIR) {
+    _cleanup_free_ char *tmp = extract_tmp(s, dfd, "rootfs", digest, meta, err);
+    if (!tmp)
+      return -1;
+    if (renameat(dfd, tmp, dfd, "rootfs") < 0) {
+      int e = errno;
+      dsec_rm_rf_at(dfd, tmp, NULL);
+      return dsec_fail(err, e, "cannot move layer %s into place", digest);
+    }
+    if (dsec_fsync_dir(dfd, err) < 0)
+      return -1;
+  } else {
+    _cleanup_free_ char *tree = NULL;
+    _cleanup_free_ char *tmp = NULL;
+    int ret;
+    clean_stale(dfd, "erofs-tree.tmp-");
+    if (fstatat(dfd, "rootfs", &st, AT_SYMLINK_NOFOLLOW) == 0)
+      tree = xasprintf("%s/layers/%s/rootfs", s->path, dsec_digest_hex(digest));
+    else {
+      tmp = extract_tmp(s, dfd, "erofs-tree", digest, meta, err);
+      if (!tmp)
+        return -1;
+      tree = xasprintf("%s/layers/%s/%s", s->path, dsec_digest_hex(digest),
+                       tmp);
+    }
+    ret = make_erofs(s, dfd, digest, tree, err);
+    if (tmp)
+      dsec_rm_rf_at(dfd, tmp, NULL);
+    if (ret < 0)
+      return -1;
+  }
+  *made = true;
+done:
+  *path = xasprintf("%s/layers/%s/%s", s->path, dsec_digest_hex(digest), final);
+  return 0;
+}
+
+static json_t *names_of(json_t *refs, const char *digest)
+{
+  json_t *names = json_array();
+  json_t *r;
+  size_t i;
+  json_array_foreach(refs, i, r)
+  {
+    if (strcmp(json_string_value(json_object_get(r, "digest")), digest) == 0)
+      json_array_append_new(
+        names, json_sprintf("%s@%s",
+                            json_string_value(json_object_get(r, "name")),
+                            json_string_value(json_object_get(r, "version"))));
+  }
+  return names;
+}
+
+static json_t *materialised(struct dsec_store *s, const char *digest)
+{
+  _cleanup_free_ char *dir = xasprintf("%s/rootfs", dsec_digest_hex(digest));
+  _cleanup_free_ char *ero = xasprintf("%s/layer.erofs", dsec_digest_hex(digest));
+  json_t *m = json_array();
+  if (faccessat(s->layers_fd, dir, F_OK, AT_SYMLINK_NOFOLLOW) == 0)
+    json_array_append_new(m, json_string("dir"));
+  if (faccessat(s->layers_fd, ero, F_OK, AT_SYMLINK_NOFOLLOW) == 0)
+    json_array_append_new(m, json_string("erofs"));
+  return m;
+}
+
+/* Calls fn for every stored image record. */
+static int foreach_image(struct dsec_store *s,
+                         int (*fn)(json_t *img, void *ud), void *ud)
+{
+  _cleanup_closedir_ DIR *d = NULL;
+  struct dirent *de;
+  int fd = openat(s->images_fd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+
+  if (fd < 0 || !(d = fdopendir(fd))) {
+    if (fd >= 0)
+      close(fd);
+    return 0;
+  }
+  while ((de = readdir(d))) {
+    char digest[DSEC_DIGEST_LEN + 1];
+    _cleanup_json_ json_t *img = NULL;
+    int r;
+    if (!dsec_str_has_suffix(de->d_name, ".json") ||
+        strlen(de->d_name) != DSEC_SHA256_HEX_LEN + 5)
+      continue;
+    snprintf(digest, sizeof digest, "sha256:%.64s", de->d_name);
+    img = dsec_image_record(s, digest, NULL);
+    if (!img)
+      continue;
+    r = fn(img, ud);
+    if (r)
+      return r;
+  }
+  return 0;
+}
+
+struct users {
+  const char *digest;
+  json_t *images;
+};
+
+static int collect_users(json_t *img, void *ud)
+{
+  struct users *u = ud;
+  json_t *l;
+  size_t i;
+  json_array_foreach(json_object_get(img, "layers"), i, l)
+  {
+    const char *d = json_string_value(json_object_get(l, "digest"));
+    if (d && strcmp(d, u->digest) == 0) {
+      json_array_append(u->images, json_object_get(img, "digest"));
+      break;
+    }
+  }
+  return 0;
+}
+
+static json_t *images_using(struct dsec_store *s, const char *digest)
+{
+  struct users u = { digest, json_array() };
+  foreach_image(s, collect_users, &u);
+  return u.images;
+}
+
+json_t *dsec_store_inspect(struct dsec_store *s, const char *ref,
+                           struct dsec_error **err)
+{
+  char digest[DSEC_DIGEST_LEN + 1];
+  enum dsec_kind kind;
+  _cleanup_json_ json_t *refs = NULL;
+  json_t *out;
+
+  if (dsec_store_resolve(s, ref, digest, &kind, err) < 0)
+    return NULL;
+  refs = dsec_ref_list(s, err);
+  if (!refs)
+    return NULL;
+  if (kind == DSEC_KIND_IMAGE) {
+    json_t *l;
+    size_t i;
+    out = dsec_image_record(s, digest, err);
+    if (!out)
+      return NULL;
+    json_object_set_new(out, "refs", names_of(refs, digest));
+    json_array_foreach(json_object_get(out, "layers"), i, l)
+      json_object_set_new(
+        l, "materialised",
+        materialised(s, json_string_value(json_object_get(l, "digest"))));
+    return out;
+  }
+  out = dsec_layer_meta(s, digest);
+  if (!out) {
+    dsec_bad_input(err, "%s is not in the store", digest);
+    return NULL;
+  }
+  json_object_set_new(out, "refs", names_of(refs, digest));
+  json_object_set_new(out, "materialised", materialised(s, digest));
+  json_object_set_new(out, "used_by", images_using(s, digest));
+  return out;
+}
+
+/* Export. */
+struct out_file {
+  int fd;
+  char *tmp;   /* NULL for stdout */
+  int dirfd;
+  char *base;
+};
+
+static int out_open(const char *file, struct out_file *o,
+                    struct dsec_error **err)
+{
+  _cleanup_free_ char *dir = NULL;
+  char *slash;
+
+  memset(o, 0, sizeof *o);
+  o->dirfd = -1;
+  if (strcmp(file, "-") == 0) {
+    o->fd = STDOUT_FILENO;
+    return 0;
+  }
+  dir = xstrdup(file);
+  slash = strrchr(dir, '/');
+  if (slash) {
+    *slash = '\0';
+    o->base = xstrdup(slash + 1);
+  } else
+    o->base = xstrdup(file);
+  o->dirfd = open(slash ? (*dir ? dir : "/") : ".",
+                  O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (o->dirfd < 0) {
+    free(o->base);
+    return dsec_error_set(err, DSEC_EXIT_INPUT, errno,
+                          "cannot write %s", file);
+  }
+  o->fd = dsec_open_tmp_at(o->dirfd, o->base, 0644, &o->tmp, err);
+  if (o->fd < 0) {
+    close(o->dirfd);
+    free(o->base);
+    return -1;
+  }
+  return 0;
+}
+
+static int out_close(struct out_file *o, bool ok, struct dsec_error **err)
+{
+  int ret = 0;
+  if (!o->tmp)
+    return 0;
+  if (ok)
+    ret = dsec_commit_tmp_at(o->dirfd, o->fd, o->tmp, o->base, err);
+  else
+    unlinkat(o->dirfd, o->tmp, 0);
+  close(o->fd);
+  close(o->dirfd);
+  free(o->tmp);
+  free(o->base);
+  return ok ? ret : -1;
+}
+
+/* Writes the layer's uncompressed tar stream, zstd-compressed, to fd. */
+static int export_layer(struct dsec_store *s, const char *digest, json_t *meta,
+                        int fd, struct dsec_error **err)
+{
+  _cleanup_close_ int in = dsec_store_open_blob(s, digest, err);
+  const char *comp = json_string_value(json_object_get(meta, "compression"));
+  struct archive *a = NULL;
+  struct archive_entry *e;
+  ZSTD_CCtx *z = NULL;
+  char ibuf[1 << 16], obuf[1 << 16];
+  int ret = 0;
+
+  if (in < 0)
+    return -1;
+  if (comp && strcmp(comp, "zstd") == 0) {
+    char got[DSEC_DIGEST_LEN + 1];
+    struct dsec_sha256 *h = dsec_sha256_new();
+    ssize_t n;
+    while ((n = read(in, ibuf, sizeof ibuf)) > 0) {
+      dsec_sha256_update(h, ibuf, (size_t) n);
+      if (dsec_write_all(fd, ibuf, (size_t) n, err) < 0) {
+        dsec_sha256_free(h);
+        return -1;
+      }
+    }
+    dsec_sha256_final(h, got);
+    if (n < 0)
+      return dsec_fail(err, errno, "cannot read blob %s", digest);
+    if (strcmp(got, digest) != 0)
+      return dsec_bad_input(err, "blob %s is corrupt: its content hashes to %s",
+                            digest, got);
+    return 0;
+  }
+  if (dsec_store_verify_blob(s, digest, err) < 0)
+    return -1;
+  a = archive_read_new();
+  archive_read_support_filter_gzip(a);
+  archive_read_support_filter_xz(a);
+  archive_read_support_filter_zstd(a);
+  archive_read_support_format_raw(a);
+  z = ZSTD_createCCtx();
+  ZSTD_CCtx_setParameter(z, ZSTD_c_compressionLevel, 3);
+  if (archive_read_open_fd(a, in, 1 << 16) != ARCHIVE_OK ||
+      archive_read_next_header(a, &e) != ARCHIVE_OK) {
+    ret = dsec_fail(err, 0, "cannot read blob %s: %s", digest,
+                    archive_error_string(a));
+    goto out;
+  }
+  for (bool last = false; !last && ret == 0;) {
+    la_ssize_t n = archive_read_data(a, ibuf, sizeof ibuf);
+    ZSTD_inBuffer ib = { ibuf, n > 0 ? (size_t) n : 0, 0 };
+    if (n < 0) {
+      ret = dsec_fail(err, 0, "cannot read blob %s: %s", digest,
+                      archive_error_string(a));
+      break;
+    }
+    last = n == 0;
+    for (;;) {
+      ZSTD_outBuffer ob = { obuf, sizeof obuf, 0 };
+      size_t left = ZSTD_compressStream2(z, &ob, &ib,
+                                         last ? ZSTD_e_end : ZSTD_e_continue);
+      if (ZSTD_isError(left)) {
+        ret = dsec_fail(err, 0, "zstd: %s", ZSTD_getErrorName(left));
+        break;
+      }
+      if (ob.pos && dsec_write_all(fd, obuf, ob.pos, err) < 0) {
+        ret = -1;
+        break;
+      }
+      if (last ? left == 0 : ib.pos == ib.size)
+        break;
+    }
+  }
+out:
+  ZSTD_freeCCtx(z);
+  archive_read_free(a);
+  return ret;
+}
+
+static int tar_add_buf(struct archive *w, const char *name, const void *buf,
+                       size_t len, struct dsec_error **err)
+{
+  struct archive_entry *e = archive_entry_new();
+  int ret = 0;
+  archive_entry_set_pathname(e, name);
+  archive_entry_set_filetype(e, AE_IFREG);
+  archive_entry_set_perm(e, 0644);
+  archive_entry_set_size(e, (la_int64_t) len);
+  if (archive_write_header(w, e) != ARCHIVE_OK ||
+      (len && archive_write_data(w, buf, len) != (la_ssize_t) len))
+    ret = dsec_fail(err, archive_errno(w), "%s: %s", name,
+                    archive_error_string(w));
+  archive_entry_free(e);
+  return ret;
+}
+
+static int tar_add_blob(struct dsec_store *s, struct archive *w,
+                        const char *digest, struct dsec_error **err)
+{
+  _cleanup_close_ int fd = dsec_store_open_blob(s, digest, err);
+  _cleanup_free_ char *name = NULL;
+  struct archive_entry *e;
+  struct dsec_sha256 *h;
+  char buf[1 << 16], got[DSEC_DIGEST_LEN + 1];
+  struct stat st;
+  ssize_t n;
+  int ret = 0;
+
+  if (fd < 0 || fstat(fd, &st) < 0)
+    return -1;
+  name = xasprintf("blobs/sha256/%s", dsec_digest_hex(digest));
+  e = archive_entry_new();
+  archive_entry_set_pathname(e, name);
+  archive_entry_set_filetype(e, AE_IFREG);
+  archive_entry_set_perm(e, 0644);
+  archive_entry_set_size(e, st.st_size);
+  if (archive_write_header(w, e) != ARCHIVE_OK)
+    ret = dsec_fail(err, archive_errno(w), "%s", archive_error_string(w));
+  archive_entry_free(e);
+  h = dsec_sha256_new();
+  while (ret == 0 && (n = read(fd, buf, sizeof buf)) > 0) {
+    dsec_sha256_update(h, buf, (size_t) n);
+    if (archive_write_data(w, buf, (size_t) n) != n)
+      ret = dsec_fail(err, archive_errno(w), "%s", archive_error_string(w));
+  }
+  dsec_sha256_final(h, got);
+  if (ret == 0 && strcmp(got, digest) != 0)
+    ret = dsec_bad_input(err, "blob %s is corrupt: its content hashes to %s",
+                         digest, got);
+  return ret;
+}
+
+static la_ssize_t arch_fd_write(struct archive *a, void *ud, const void *buf,
+                                size_t len)
+{
+  if (dsec_write_all(*(int *) ud, buf, len, NULL) < 0) {
+    archive_set_error(a, errno, "write failed");
+    return -1;
+  }
+  return (la_ssize_t) len;
+}
+
+/* An image as a tar that is both an OCI layout and a docker-archive. */
+static int export_image(struct dsec_store *s, const char *digest,
+                        const char *file, int fd, struct dsec_error **err)
+{
+  _cleanup_json_ json_t *img = dsec_image_record(s, digest, err);
+  _cleanup_free_ char *index = NULL;
+  _cleanup_free_ char *dman = NULL;
+  struct archive *w;
+  json_t *layers, *paths, *l, *tags;
+  const char *cfg;
+  size_t i, mlen;
+  int ret = 0;
+
+  if (!img)
+    return -1;
+  layers = json_object_get(img, "layers");
+  cfg = json_string_value(json_object_get(img, "config_digest"));
+  paths = json_array();
+  json_array_foreach(layers, i, l)
+  {
+    const char *ld = json_string_value(json_object_get(l, "digest"));
+    json_array_append_new(paths, json_sprintf("blobs/sha256/%s", ld + 7));
+  }
+  tags = json_copy(json_object_get(img, "names"));
+  {
+    json_t *ij = json_pack("{s:i, s:[{s:s, s:s, s:I}]}", "schemaVersion", 2,
+                           "manifests", "mediaType", DSEC_MT_OCI_MANIFEST,
+                           "digest", digest, "size", (json_int_t) 0);
+    json_t *dj = json_pack("[{s:o, s:o, s:o}]", "Config",
+                           json_sprintf("blobs/sha256/%s", cfg + 7),
+                           "RepoTags", tags, "Layers", paths);
+    char *m = dsec_store_read_blob(s, digest, DSEC_MANIFEST_MAX, &mlen, err);
+    if (!m) {
+      json_decref(ij);
+      json_decref(dj);
+      return -1;
+    }
+    free(m);
+    json_object_set_new(json_array_get(json_object_get(ij, "manifests"), 0),
+                        "size", json_integer((json_int_t) mlen));
+    index = json_dumps(ij, JSON_COMPACT);
+    dman = json_dumps(dj, JSON_COMPACT);
+    json_decref(ij);
+    json_decref(dj);
+  }
+  w = archive_write_new();
+  archive_write_set_format_pax_restricted(w);
+  if (dsec_str_has_suffix(file, ".zst"))
+    archive_write_add_filter_zstd(w);
+  else if (dsec_str_has_suffix(file, ".gz"))
+    archive_write_add_filter_gzip(w);
+  archive_write_set_bytes_in_last_block(w, 1);
+  if (archive_write_open(w, &fd, NULL, arch_fd_write, NULL) != ARCHIVE_OK)
+    ret = dsec_fail(err, archive_errno(w), "%s", archive_error_string(w));
+  if (ret == 0)
+    ret = tar_add_buf(w, "oci-layout", "{\"imageLayoutVersion\":\"1.0.0\"}",
+                      30, err);
+  if (ret == 0)
+    ret = tar_add_buf(w, "index.json", index, strlen(index), err);
+  if (ret == 0)
+    ret = tar_add_buf(w, "manifest.json", dman, strlen(dman), err);
+  if (ret == 0)
+    ret = tar_add_blob(s, w, digest, err);
+  if (ret == 0)
+    ret = tar_add_blob(s, w, cfg, err);
+  json_array_foreach(layers, i, l)
+  {
+    if (ret < 0)
+      break;
+    ret = tar_add_blob(s, w, json_string_value(json_object_get(l, "digest")),
+                       err);
+  }
+  if (ret == 0 && archive_write_close(w) != ARCHIVE_OK)
+    ret = dsec_fail(err, archive_errno(w), "%s", archive_error_string(w));
+  archive_write_free(w);
+  return ret;
+}
+
+int dsec_store_export(struct dsec_store *s, const char *ref, const char *file,
+                      json_t **record, struct dsec_error **err)
+{
+  char digest[DSEC_DIGEST_LEN + 1];
+  enum dsec_kind kind;
+  struct out_file o;
+  _cleanup_json_ json_t *meta = NULL;
+  int ret;
+
+  if (dsec_store_resolve(s, ref, digest, &kind, err) < 0)
+    return -1;
+  if (kind == DSEC_KIND_LAYER) {
+    meta = dsec_layer_meta(s, digest);
+    if (!meta)
+      return dsec_bad_input(err, "layer %s is incomplete", digest);
+  }
+  if (out_open(file, &o, err) < 0)
+    return -1;
+  ret = kind == DSEC_KIND_LAYER ? export_layer(s, digest, meta, o.fd, err)
+                                : export_image(s, digest, file, o.fd, err);
+  if (out_close(&o, ret == 0, err) < 0)
+    return dsec_error_wrap(err, "export of %s", ref);
+  *record = json_pack("{s:s, s:s, s:s, s:s}", "type", "export", "kind",
+                      dsec_kind_name(kind), "digest", digest, "file", file);
+  return 0;
+}
+
+/* Removal. */
+json_t *dsec_sandbox_references(struct dsec_error **err)
+{
+  _cleanup_free_ char *root = dsec_root_dir();
+  _cleanup_free_ char *dir = xasprintf("%s/sandboxes", root);
+  _cleanup_closedir_ DIR *d = opendir(dir);
+  json_t *refs = json_object();
+  struct dirent *de;
+
+  if (!d)
+    return refs;
+  while ((de = readdir(d))) {
+    _cleanup_free_ char *path = NULL;
+    _cleanup_free_ char *buf = NULL;
+    _cleanup_json_ json_t *env = NULL;
+    json_t *l;
+    size_t len, i;
+    const char *img;
+
+    if (de->d_name[0] == '.')
+      continue;
+    path = xasprintf("%s/%s/environment.json", dir, de->d_name);
+    buf = dsec_read_file_at(AT_FDCWD, path, 16 << 20, &len, NULL);
+    if (!buf || !(env = json_loadb(buf, len, 0, NULL)))
+      continue;
+    img = json_string_value(json_object_get(json_object_get(env, "image"),
+                                            "digest"));
+    if (img)
+      json_object_set_new(refs, img, json_string(de->d_name));
+    json_array_foreach(json_object_get(env, "layers"), i, l)
+    {
+      const char *ld = json_string_value(json_object_get(l, "digest"));
+      if (ld)
+        json_object_set_new(refs, ld, json_string(de->d_name));
+    }
+  }
+  (void) err;
+  return refs;
+}
+
+static void add_removed(json_t *removed, const char *what, const char *id,
+                        int64_t freed)
+{
+  json_array_append_new(removed,
+                        json_pack("{s:s, s:s, s:s, s:I}", "type", "removed",
+                                  "what", what, "id", id, "freed_bytes",
+                                  (json_int_t) freed));
+}
+
+static int64_t blob_bytes(struct dsec_store *s, const char *digest)
+{
+  return dsec_disk_usage_at(s->blobs_fd, dsec_digest_hex(digest));
+}
+
+static int remove_layer(struct dsec_store *s, const char *digest,
+                        json_t *removed, struct dsec_error **err)
+{
+  const char *hex = dsec_digest_hex(digest);
+  int64_t freed = dsec_disk_usage_at(s->layers_fd, hex) + blob_bytes(s, digest);
+
+  /* metadata first: without it the layer is no longer found */
+  if (unlinkat(s->blobs_fd, hex, 0) < 0 && errno != ENOENT)
+    return dsec_fail(err, errno, "cannot remove blob %s", digest);
+  if (dsec_rm_rf_at(s->layers_fd, hex, err) < 0)
+    return dsec_error_wrap(err, "layer %s (is it mounted?)", digest);
+  add_removed(removed, "layer", digest, freed);
+  return 0;
+}
+
+static int drop_sources(struct dsec_store *s, const char *digest)
+{
+  _cleanup_closedir_ DIR *d = NULL;
+  struct dirent *de;
+  int fd = openat(s->sources_fd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+
+  if (fd < 0 || !(d = fdopendir(fd))) {
+    if (fd >= 0)
+      close(fd);
+    return 0;
+  }
+  while ((de = readdir(d))) {
+    _cleanup_free_ char *buf = NULL;
+    _cleanup_json_ json_t *j = NULL;
+    size_t len;
+    const char *dg;
+    if (de->d_name[0] == '.')
+      continue;
+    buf = dsec_read_file_at(s->sources_fd, de->d_name, 65536, &len, NULL);
+    if (!buf || !(j = json_loadb(buf, len, 0, NULL)))
+      continue;
+    dg = json_string_value(json_object_get(j, "digest"));
+    if (dg && strcmp(dg, digest) == 0)
+      unlinkat(s->sources_fd, de->d_name, 0);
+  }
+  return 0;
+}
+
+struct config_user {
+  const char *image;
+  const char *config;
+  bool used;
+};
+
+static int config_used(json_t *img, void *ud)
+{
+  struct config_user *c = ud;
+  const char *d = json_string_value(json_object_get(img, "digest"));
+  const char *cfg = json_string_value(json_object_get(img, "config_digest"));
+  if (d && cfg && strcmp(d, c->image) != 0 && strcmp(cfg, c->config) == 0)
+    c->used = true;
+  return 0;
+}
+
+static bool named(json_t *refs, const char *digest)
+{
+  _cleanup_json_ json_t *n = names_of(refs, digest);
+  return json_array_size(n) > 0;
+}
+
+static int remove_image(struct dsec_store *s, const char *digest, json_t *refs,
+                        json_t *sandboxes, json_t *removed,
+                        struct dsec_error **err)
+{
+  _cleanup_json_ json_t *img = dsec_image_record(s, digest, err);
+  _cleanup_free_ char *file = xasprintf("%s.json", dsec_digest_hex(digest));
+  const char *cfg;
+  json_t *l;
+  size_t i;
+  int64_t freed;
+
+  if (!img)
+    return -1;
+  cfg = json_string_value(json_object_get(img, "config_digest"));
+  freed = blob_bytes(s, digest);
+  if (unlinkat(s->images_fd, file, 0) < 0 && errno != ENOENT)
+    return dsec_fail(err, errno, "cannot remove image %s", digest);
+  drop_sources(s, digest);
+  unlinkat(s->blobs_fd, dsec_digest_hex(digest), 0);
+  if (cfg && dsec_digest_valid(cfg)) {
+    struct config_user cu = { digest, cfg, false };
+    foreach_image(s, config_used, &cu);
+    if (!cu.used) {
+      freed += blob_bytes(s, cfg);
+      unlinkat(s->blobs_fd, dsec_digest_hex(cfg), 0);
+    }
+  }
+  add_removed(removed, "image", digest, freed);
+
+  /* its layers, unless something else still needs them */
+  json_array_foreach(json_object_get(img, "layers"), i, l)
+  {
+    const char *ld = json_string_value(json_object_get(l, "digest"));
+    _cleanup_json_ json_t *users = NULL;
+    if (!ld || !dsec_layer_meta(s, ld))
+      continue;
+    users = images_using(s, ld);
+    if (json_array_size(users) > 0 || named(refs, ld) ||
+        json_object_get(sandboxes, ld))
+      continue;
+    if (remove_layer(s, ld, removed, err) < 0)
+      return -1;
+  }
+  return 0;
+}
+
+int dsec_store_rm(struct dsec_store *s, const char *ref, bool force,
+                  json_t *removed, struct dsec_error **err)
+{
+  char digest[DSEC_DIGEST_LEN + 1];
+  enum dsec_kind kind = DSEC_KIND_NONE;
+  _cleanup_close_ int gc = -1;
+  _cleanup_json_ json_t *refs = NULL;
+  _cleanup_json_ json_t *sandboxes = NULL;
+  _cleanup_free_ char *name = NULL;
+  _cleanup_free_ char *version = NULL;
+  bool by_name = false;
+
+  gc = dsec_store_lock_gc(s, true, err);
+  if (gc < 0)
+    return -1;
+  {
+    _cleanup_error_ struct dsec_error *e = NULL;
+    if (!dsec_str_has_prefix(ref, "sha256:") &&
+        dsec_ref_split(ref, &name, &version, &e) == 0) {
+      int r = dsec_ref_get(s, name, version, digest, &kind, err);
+      if (r < 0)
+        return -1;
+      by_name = r == 1;
+    }
+  }
+  if (!by_name && dsec_store_resolve(s, ref, digest, &kind, err) < 0)
+    return -1;
+  kind = dsec_store_kind(s, digest);
+  sandboxes = dsec_sandbox_references(err);
+  refs = dsec_ref_list(s, err);
+  if (!refs)
+    return -1;
+
+  if (by_name) {
+    if (dsec_ref_rm(s, name, version, err) < 0)
+      return -1;
+    add_removed(removed, "ref", ref, 0);
+    json_decref(refs);
+    refs = dsec_ref_list(s, err);
+    if (!refs)
+      return -1;
+    /* the object goes with its last name, unless something needs it */
+    if (kind == DSEC_KIND_NONE || named(refs, digest) ||
+        json_object_get(sandboxes, digest))
+      return 0;
+    if (kind == DSEC_KIND_LAYER) {
+      _cleanup_json_ json_t *users = images_using(s, digest);
+      if (json_array_size(users) > 0)
+        return 0;
+    }
+  } else {
+    _cleanup_json_ json_t *names = names_of(refs, digest);
+    json_t *sb = json_object_get(sandboxes, digest);
+    if (sb)
+      return dsec_fail(err, EBUSY, "%s is in use by sandbox %s", ref,
+                       json_string_value(sb));
+    if (json_array_size(names) > 0 && !force) {
+      _cleanup_free_ char *first =
+        xstrdup(json_string_value(json_array_get(names, 0)));
+      return dsec_fail(err, EBUSY, "%s is named %s%s: remove the names or "
+                                   "use --force",
+                       ref, first, json_array_size(names) > 1 ? " and more"
+                                                              : "");
+    }
+    if (kind == DSEC_KIND_LAYER) {
+      _cleanup_json_ json_t *users = images_using(s, digest);
+      if (json_array_size(users) > 0 && !force)
+        return dsec_fail(err, EBUSY, "layer %s is part of image %s: remove "
+                                     "the image or use --force",
+                         digest,
+                         json_string_value(json_array_get(users, 0)));
+    }
+    for (size_t i = 0; i < json_array_size(names); i++) {
+      _cleanup_free_ char *n = NULL;
+      _cleanup_free_ char *v = NULL;
+      const char *full = json_string_value(json_array_get(names, i));
+      if (dsec_ref_split(full, &n, &v, err) < 0 ||
+          dsec_ref_rm(s, n, v, err) < 0)
+        return -1;
+      add_removed(removed, "ref", full, 0);
+    }
+    json_decref(refs);
+    refs = dsec_ref_list(s, err);
+    if (!refs)
+      return -1;
+  }
+  if (kind == DSEC_KIND_IMAGE)
+    return remove_image(s, digest, refs, sandboxes, removed, err);
+  return remove_layer(s, digest, removed, err);
+}

@@ -1,0 +1,133 @@
+#include <config.h>
+
+#include "process.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <string.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#define OUT_MAX (1u << 20)
+#define ERR_KEEP 4096
+
+static _Noreturn void child(char *const argv[], const char *cwd, int out_fd,
+                            int err_fd)
+{
+  int null = open("/dev/null", O_RDWR | O_CLOEXEC);
+
+  if (null < 0 || dup2(null, STDIN_FILENO) < 0 ||
+      dup2(out_fd >= 0 ? out_fd : null, STDOUT_FILENO) < 0 ||
+      dup2(err_fd, STDERR_FILENO) < 0)
+    _exit(127);
+  /* every inherited descriptor beyond the three is closed */
+  syscall(SYS_close_range, 3U, ~0U, 0U);
+  if (cwd && chdir(cwd) < 0) {
+    dprintf(STDERR_FILENO, "cannot enter %s: %s\n", cwd, strerror(errno));
+    _exit(126);
+  }
+  signal(SIGPIPE, SIG_DFL);
+  execvp(argv[0], argv);
+  dprintf(STDERR_FILENO, "cannot run %s: %s\n", argv[0], strerror(errno));
+  _exit(errno == ENOENT ? 127 : 126);
+}
+
+int dsec_run_program(char *const argv[], const char *cwd, char **out,
+                     struct dsec_error **err)
+{
+  int op[2] = { -1, -1 }, ep[2];
+  _cleanup_free_ char *obuf = NULL;
+  char ebuf[ERR_KEEP + 1];
+  size_t olen = 0, elen = 0;
+  int status;
+  pid_t pid;
+
+  if (pipe2(ep, O_CLOEXEC) < 0)
+    return dsec_fail(err, errno, "pipe");
+  if (out && pipe2(op, O_CLOEXEC) < 0) {
+    close(ep[0]);
+    close(ep[1]);
+    return dsec_fail(err, errno, "pipe");
+  }
+  pid = fork();
+  if (pid < 0) {
+    int e = errno;
+    close(ep[0]);
+    close(ep[1]);
+    if (out) {
+      close(op[0]);
+      close(op[1]);
+    }
+    return dsec_fail(err, e, "fork");
+  }
+  if (pid == 0)
+    child(argv, cwd, out ? op[1] : -1, ep[1]);
+  close(ep[1]);
+  if (out) {
+    close(op[1]);
+    obuf = xmalloc(OUT_MAX + 1);
+  }
+
+  {
+    struct pollfd pf[2] = { { ep[0], POLLIN, 0 }, { out ? op[0] : -1, POLLIN, 0 } };
+    int open_fds = out ? 2 : 1;
+    while (open_fds > 0) {
+      if (poll(pf, 2, -1) < 0) {
+        if (errno == EINTR)
+          continue;
+        break;
+      }
+      for (int i = 0; i < 2; i++) {
+        char tmp[4096];
+        ssize_t n;
+        if (pf[i].fd < 0 || !pf[i].revents)
+          continue;
+        n = read(pf[i].fd, tmp, sizeof tmp);
+        if (n <= 0) {
+          close(pf[i].fd);
+          pf[i].fd = -1;
+          open_fds--;
+          continue;
+        }
+        if (i == 0) {
+          /* keep the last ERR_KEEP bytes of stderr */
+          if ((size_t) n >= ERR_KEEP) {
+            memcpy(ebuf, tmp + n - ERR_KEEP, ERR_KEEP);
+            elen = ERR_KEEP;
+          } else {
+            if (elen + (size_t) n > ERR_KEEP) {
+              size_t drop = elen + (size_t) n - ERR_KEEP;
+              memmove(ebuf, ebuf + drop, elen - drop);
+              elen -= drop;
+            }
+            memcpy(ebuf + elen, tmp, (size_t) n);
+            elen += (size_t) n;
+          }
+        } else if (olen + (size_t) n <= OUT_MAX) {
+          memcpy(obuf + olen, tmp, (size_t) n);
+          olen += (size_t) n;
+        }
+      }
+    }
+  }
+  while (waitpid(pid, &status, 0) < 0)
+    if (errno != EINTR)
+      return dsec_fail(err, errno, "waitpid");
+  ebuf[elen] = '\0';
+  while (elen > 0 && (ebuf[elen - 1] == '\n' || ebuf[elen - 1] == ' '))
+    ebuf[--elen] = '\0';
+  if (WIFSIGNALED(status))
+    return dsec_fail(err, 0, "%s killed by signal %d%s%s", argv[0],
+                     WTERMSIG(status), elen ? ": " : "", ebuf);
+  if (WEXITSTATUS(status) != 0)
+    return dsec_fail(err, 0, "%s failed with status %d%s%s", argv[0],
+                     WEXITSTATUS(status), elen ? ": " : "", ebuf);
+  if (out) {
+    obuf[olen] = '\0';
+    *out = steal_pointer(&obuf);
+  }
+  return 0;
+}

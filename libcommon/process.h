@@ -1,0 +1,15 @@
+/* Running a helper program (git, mkfs.erofs) and waiting for it. */
+#ifndef DSEC_PROCESS_H
+#define DSEC_PROCESS_H
+
+#include "error.h"
+
+/* Runs argv[0] (looked up in PATH) in cwd (NULL: ours) with stdin from
+ * /dev/null and every other descriptor closed.  Its stdout goes to *out
+ * (new, NUL-terminated, at most 1 MiB) when out is set, else is dropped.
+ * A non-zero exit is a failure whose message ends with the program's
+ * stderr (last 4 KiB). */
+int dsec_run_program(char *const argv[], const char *cwd, char **out,
+                     struct dsec_error **err);
+
+#endif

@@ -1,0 +1,888 @@
+#include <config.h>
+
+#include "tarball.h"
+
+#include <archive.h>
+#include <archive_entry.h>
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <sys/xattr.h>
+#include <unistd.h>
+
+#include "fsutil.h"
+#include "json.h"
+#include "log.h"
+
+#define CHUNK (256 * 1024)
+
+const char *dsec_compression_sniff(const unsigned char *b, size_t n,
+                                   const char **unsupported)
+{
+  static const struct {
+    const char *name;
+    const char *magic;
+    size_t len;
+    bool supported;
+  } magics[] = {
+    { "gzip", "\x1f\x8b", 2, true },
+    { "zstd", "\x28\xb5\x2f\xfd", 4, true },
+    { "xz", "\xfd" "7zXZ\0", 6, true },
+    { "bzip2", "BZh", 3, false },
+    { "lz4", "\x04\x22\x4d\x18", 4, false },
+    { "lzip", "LZIP", 4, false },
+    { "compress", "\x1f\x9d", 2, false },
+    { "lzma", "\x5d\x00\x00", 3, false },
+  };
+
+  if (unsupported)
+    *unsupported = NULL;
+  for (size_t i = 0; i < ARRAY_SIZE(magics); i++)
+    if (n >= magics[i].len && memcmp(b, magics[i].magic, magics[i].len) == 0) {
+      if (magics[i].supported)
+        return magics[i].name;
+      if (unsupported)
+        *unsupported = magics[i].name;
+      return NULL;
+    }
+  /* A tar stream has "ustar" at offset 257; anything else that is not a
+   * known compression is left for the tar reader to judge. */
+  return "none";
+}
+
+/* Stage 1: the bytes of the file, hashed as read. */
+struct src {
+  int fd;
+  struct dsec_sha256 *hash;
+  uint64_t n;
+  unsigned char *buf;
+  size_t primed; /* bytes already in buf from sniffing */
+  int errnum;
+};
+
+static la_ssize_t src_read(struct archive *a, void *ud, const void **out)
+{
+  struct src *s = ud;
+  ssize_t r;
+
+  if (s->primed) {
+    r = (ssize_t) s->primed;
+    s->primed = 0;
+  } else {
+    do
+      r = read(s->fd, s->buf, CHUNK);
+    while (r < 0 && errno == EINTR);
+    if (r < 0) {
+      s->errnum = errno;
+      archive_set_error(a, errno, "read failed");
+      return -1;
+    }
+  }
+  dsec_sha256_update(s->hash, s->buf, (size_t) r);
+  s->n += (uint64_t) r;
+  *out = s->buf;
+  return r;
+}
+
+/* Stage 2: the decompressed stream, hashed (diff_id) and bounded. */
+struct mid {
+  struct archive *raw;
+  struct dsec_sha256 *hash;
+  uint64_t n;
+  uint64_t max;
+  unsigned char *buf;
+  bool bomb;
+  bool raw_failed;
+};
+
+static la_ssize_t mid_read(struct archive *a, void *ud, const void **out)
+{
+  struct mid *m = ud;
+  la_ssize_t r = archive_read_data(m->raw, m->buf, CHUNK);
+
+  if (r < 0) {
+    m->raw_failed = true;
+    archive_set_error(a, archive_errno(m->raw), "%s",
+                      archive_error_string(m->raw));
+    return -1;
+  }
+  m->n += (uint64_t) r;
+  if (m->n > m->max) {
+    m->bomb = true;
+    archive_set_error(a, EFBIG, "uncompressed stream exceeds the limit");
+    return -1;
+  }
+  dsec_sha256_update(m->hash, m->buf, (size_t) r);
+  *out = m->buf;
+  return r;
+}
+
+/* What check_entry found a member to be. */
+enum member {
+  MEMBER_PLAIN,
+  MEMBER_ROOT,     /* "." or "./": the layer's top directory */
+  MEMBER_WHITEOUT, /* .wh.NAME: NAME is deleted */
+  MEMBER_OPAQUE,   /* .wh..wh..opq: the directory hides lower layers */
+};
+
+/* Cleans a member path: strips "./" and "/" runs; rejects absolute paths,
+ * "..", empty names and non-printable bytes.  Returns a new string ("" for
+ * the top directory). */
+static char *clean_path(const char *raw, const char *what, const char *orig,
+                        struct dsec_error **err)
+{
+  size_t n = strlen(raw);
+  char *out = xmalloc(n + 1);
+  size_t o = 0;
+  const char *p = raw;
+
+  if (raw[0] == '/') {
+    free(out);
+    dsec_bad_input(err, "member `%s`: %s is an absolute path", orig, what);
+    return NULL;
+  }
+  while (*p) {
+    const char *end = strchr(p, '/');
+    size_t len = end ? (size_t) (end - p) : strlen(p);
+
+    if (len == 2 && p[0] == '.' && p[1] == '.') {
+      free(out);
+      dsec_bad_input(err, "member `%s`: %s contains `..`", orig, what);
+      return NULL;
+    }
+    if (len > 0 && !(len == 1 && p[0] == '.')) {
+      if (o)
+        out[o++] = '/';
+      memcpy(out + o, p, len);
+      o += len;
+    }
+    p += len;
+    while (*p == '/')
+      p++;
+  }
+  out[o] = '\0';
+  for (size_t i = 0; i < o; i++)
+    if ((unsigned char) out[i] < 0x20 || out[i] == 0x7f) {
+      free(out);
+      dsec_bad_input(err, "member `%s`: control character in %s", orig, what);
+      return NULL;
+    }
+  return out;
+}
+
+/* A relative symlink target must not climb above the layer's top. */
+static bool symlink_escapes(const char *path, const char *target)
+{
+  int depth = 0;
+  const char *p;
+
+  if (target[0] == '/')
+    return false; /* resolved inside the sandbox's root, never the host's */
+  for (p = path; (p = strchr(p, '/')); p++)
+    depth++;
+  p = target;
+  while (*p) {
+    const char *end = strchr(p, '/');
+    size_t len = end ? (size_t) (end - p) : strlen(p);
+    if (len == 2 && p[0] == '.' && p[1] == '.') {
+      if (--depth < 0)
+        return true;
+    } else if (len > 0 && !(len == 1 && p[0] == '.'))
+      depth++;
+    p += len;
+    while (*p == '/')
+      p++;
+  }
+  return false;
+}
+
+static bool has_file_caps(struct archive_entry *e)
+{
+  const char *name;
+  const void *value;
+  size_t size;
+
+  archive_entry_xattr_reset(e);
+  while (archive_entry_xattr_next(e, &name, &value, &size) == ARCHIVE_OK)
+    if (strcmp(name, "security.capability") == 0)
+      return true;
+  return false;
+}
+
+static int check_entry(struct archive_entry *e, const struct dsec_tar_policy *p,
+                       char **clean, enum member *kind,
+                       struct dsec_error **err)
+{
+  const char *raw = archive_entry_pathname(e);
+  const char *hl = archive_entry_hardlink(e);
+  mode_t type = archive_entry_filetype(e);
+  mode_t mode = archive_entry_mode(e);
+  _cleanup_free_ char *path = NULL;
+  const char *base;
+
+  if (!raw || !*raw)
+    return dsec_bad_input(err, "member with an empty name");
+  path = clean_path(raw, "its path", raw, err);
+  if (!path)
+    return -1;
+  if (!*path) {
+    if (type != AE_IFDIR)
+      return dsec_bad_input(err, "member `%s`: the top is not a directory",
+                            raw);
+    *kind = MEMBER_ROOT;
+    *clean = steal_pointer(&path);
+    return 0;
+  }
+
+  if (hl) {
+    _cleanup_free_ char *t = clean_path(hl, "its hardlink target", raw, err);
+    if (!t)
+      return -1;
+    if (!*t)
+      return dsec_bad_input(err, "member `%s`: hardlink to the top", raw);
+  } else {
+    switch (type) {
+    case AE_IFREG:
+    case AE_IFDIR:
+    case AE_IFIFO:
+      break;
+    case AE_IFLNK: {
+      const char *t = archive_entry_symlink(e);
+      if (!t || !*t)
+        return dsec_bad_input(err, "member `%s`: symlink without a target",
+                              raw);
+      if (symlink_escapes(path, t))
+        return dsec_bad_input(err, "member `%s`: symlink target `%s` points "
+                                   "out of the layer", raw, t);
+      break;
+    }
+    case AE_IFCHR:
+    case AE_IFBLK:
+      return dsec_bad_input(err, "member `%s`: device nodes are not allowed "
+                                 "in a layer", raw);
+    case AE_IFSOCK:
+      return dsec_bad_input(err, "member `%s`: sockets are not allowed in a "
+                                 "layer", raw);
+    default:
+      return dsec_bad_input(err, "member `%s`: unknown file type 0%o", raw,
+                            (unsigned) type);
+    }
+  }
+
+  if (!p->keep_setuid && type == AE_IFREG) {
+    if (mode & (S_ISUID | S_ISGID))
+      return dsec_bad_input(err, "member `%s`: set%s bit on untrusted input "
+                                 "(use --keep-setuid to keep it)",
+                            raw, (mode & S_ISUID) ? "uid" : "gid");
+    if (has_file_caps(e))
+      return dsec_bad_input(err, "member `%s`: file capabilities on "
+                                 "untrusted input (use --keep-setuid to "
+                                 "keep them)", raw);
+  }
+
+  base = strrchr(path, '/');
+  base = base ? base + 1 : path;
+  *kind = MEMBER_PLAIN;
+  if (strncmp(base, ".wh.", 4) == 0) {
+    if (strcmp(base, ".wh..wh..opq") == 0)
+      *kind = MEMBER_OPAQUE;
+    else if (base[4] == '\0' || strcmp(base + 4, ".") == 0 ||
+             strcmp(base + 4, "..") == 0)
+      return dsec_bad_input(err, "member `%s`: malformed whiteout", raw);
+    else
+      *kind = MEMBER_WHITEOUT;
+    if (type != AE_IFREG || hl)
+      return dsec_bad_input(err, "member `%s`: a whiteout must be an empty "
+                                 "regular file", raw);
+  }
+  *clean = steal_pointer(&path);
+  return 0;
+}
+
+struct pipeline {
+  struct src src;
+  struct mid mid;
+  struct archive *raw;
+  struct archive *tar;
+};
+
+static void pipeline_close(struct pipeline *pl)
+{
+  if (pl->tar)
+    archive_read_free(pl->tar);
+  if (pl->raw)
+    archive_read_free(pl->raw);
+  dsec_sha256_free(pl->src.hash);
+  dsec_sha256_free(pl->mid.hash);
+  free(pl->src.buf);
+  free(pl->mid.buf);
+  memset(pl, 0, sizeof *pl);
+}
+
+static int pipeline_open(struct pipeline *pl, int fd,
+                         const struct dsec_tar_policy *p,
+                         struct dsec_tar_stats *st, struct dsec_error **err)
+{
+  const char *unsupported;
+  struct archive_entry *e;
+  ssize_t r;
+
+  memset(pl, 0, sizeof *pl);
+  pl->src.fd = fd;
+  pl->src.hash = dsec_sha256_new();
+  pl->src.buf = xmalloc(CHUNK);
+  pl->mid.hash = dsec_sha256_new();
+  pl->mid.buf = xmalloc(CHUNK);
+  pl->mid.max = p->max_size ? p->max_size : DSEC_DEFAULT_MAX_SIZE;
+
+  do
+    r = read(fd, pl->src.buf, CHUNK);
+  while (r < 0 && errno == EINTR);
+  if (r < 0)
+    return dsec_fail(err, errno, "read failed");
+  if (r == 0)
+    return dsec_bad_input(err, "empty file: not a tar archive");
+  pl->src.primed = (size_t) r;
+  st->compression = dsec_compression_sniff(pl->src.buf, (size_t) r,
+                                           &unsupported);
+  if (!st->compression)
+    return dsec_bad_input(err, "unsupported compression: %s (dsec reads "
+                               "tar, gzip, zstd and xz)", unsupported);
+
+  pl->raw = archive_read_new();
+  pl->mid.raw = pl->raw;
+  archive_read_support_filter_gzip(pl->raw);
+  archive_read_support_filter_zstd(pl->raw);
+  archive_read_support_filter_xz(pl->raw);
+  archive_read_support_format_raw(pl->raw);
+  if (archive_read_open(pl->raw, &pl->src, NULL, src_read, NULL) != ARCHIVE_OK)
+    return dsec_bad_input(err, "cannot read the stream: %s",
+                          archive_error_string(pl->raw));
+  if (archive_read_next_header(pl->raw, &e) != ARCHIVE_OK)
+    return dsec_bad_input(err, "cannot read the stream: %s",
+                          archive_error_string(pl->raw));
+
+  pl->tar = archive_read_new();
+  archive_read_support_format_tar(pl->tar);
+  if (archive_read_open(pl->tar, &pl->mid, NULL, mid_read, NULL) !=
+      ARCHIVE_OK)
+    return dsec_bad_input(err, "not a tar archive: %s",
+                          archive_error_string(pl->tar));
+  return 0;
+}
+
+static int pipeline_error(struct pipeline *pl, struct archive *a,
+                          const char *member, struct dsec_error **err)
+{
+  const char *msg = archive_error_string(a);
+  if (pl->src.errnum)
+    return dsec_fail(err, pl->src.errnum, "read failed");
+  if (pl->mid.bomb)
+    return dsec_bad_input(err, "uncompressed size exceeds the limit of %llu "
+                               "bytes (a decompression bomb? raise it with "
+                               "--max-size)",
+                          (unsigned long long) pl->mid.max);
+  if (member)
+    return dsec_bad_input(err, "member `%s`: %s", member,
+                          msg ? msg : "read error");
+  return dsec_bad_input(err, "%s", msg ? msg : "cannot read the archive");
+}
+
+/* After the tar end marker: consume and hash the rest, so both digests
+ * cover the whole input. */
+static int pipeline_drain(struct pipeline *pl, struct dsec_tar_stats *st,
+                          struct dsec_error **err)
+{
+  const void *b;
+  for (;;) {
+    la_ssize_t r = mid_read(pl->tar, &pl->mid, &b);
+    if (r < 0)
+      return pipeline_error(pl, pl->tar, NULL, err);
+    if (r == 0)
+      break;
+  }
+  for (;;) {
+    ssize_t r = read(pl->src.fd, pl->src.buf, CHUNK);
+    if (r < 0) {
+      if (errno == EINTR)
+        continue;
+      return dsec_fail(err, errno, "read failed");
+    }
+    if (r == 0)
+      break;
+    dsec_sha256_update(pl->src.hash, pl->src.buf, (size_t) r);
+    pl->src.n += (uint64_t) r;
+  }
+  dsec_sha256_final(pl->src.hash, st->digest);
+  pl->src.hash = NULL;
+  dsec_sha256_final(pl->mid.hash, st->diff_id);
+  pl->mid.hash = NULL;
+  st->size = pl->src.n;
+  st->uncompressed_size = pl->mid.n;
+  return 0;
+}
+
+/* Reads the current member's data; with disk set, writes it there. */
+static int copy_data(struct pipeline *pl, struct archive *disk,
+                     const char *member, struct dsec_error **err)
+{
+  for (;;) {
+    const void *buf;
+    size_t size;
+    la_int64_t off;
+    int r = archive_read_data_block(pl->tar, &buf, &size, &off);
+    if (r == ARCHIVE_EOF)
+      return 0;
+    if (r < ARCHIVE_OK)
+      return pipeline_error(pl, pl->tar, member, err);
+    if (disk && archive_write_data_block(disk, buf, size, off) < ARCHIVE_OK)
+      return dsec_fail(err, archive_errno(disk), "member `%s`: %s", member,
+                       archive_error_string(disk));
+  }
+}
+
+/* The walk shared by scan and extract. */
+struct opaque_list {
+  char **v;
+  size_t n;
+};
+
+static int run_pipeline(int fd, const struct dsec_tar_policy *p,
+                        struct archive *disk, struct opaque_list *opq,
+                        struct dsec_tar_stats *st, struct dsec_error **err)
+{
+  struct pipeline pl;
+  int ret;
+
+  memset(st, 0, sizeof *st);
+  ret = pipeline_open(&pl, fd, p, st, err);
+  if (ret < 0)
+    goto out;
+
+  for (;;) {
+    struct archive_entry *e;
+    _cleanup_free_ char *path = NULL;
+    enum member kind = MEMBER_PLAIN;
+    int r = archive_read_next_header(pl.tar, &e);
+
+    if (r == ARCHIVE_EOF)
+      break;
+    if (r < ARCHIVE_WARN) {
+      ret = pipeline_error(&pl, pl.tar, NULL, err);
+      goto out;
+    }
+    if (++st->entries > DSEC_MAX_ENTRIES) {
+      ret = dsec_bad_input(err, "more than %llu members",
+                           (unsigned long long) DSEC_MAX_ENTRIES);
+      goto out;
+    }
+    ret = check_entry(e, p, &path, &kind, err);
+    if (ret < 0)
+      goto out;
+
+    if (disk) {
+      char *slash = strrchr(path, '/');
+      switch (kind) {
+      case MEMBER_ROOT:
+        archive_entry_set_pathname(e, ".");
+        break;
+      case MEMBER_OPAQUE:
+        opq->v = xrealloc(opq->v, sizeof *opq->v * (opq->n + 1));
+        opq->v[opq->n++] = slash ? xstrndup(path, (size_t) (slash - path))
+                                 : xstrdup(".");
+        continue;
+      case MEMBER_WHITEOUT: {
+        _cleanup_free_ char *target =
+          slash ? xasprintf("%.*s/%s", (int) (slash - path), path, slash + 5)
+                : xstrdup(path + 4);
+        archive_entry_set_pathname(e, target);
+        archive_entry_set_filetype(e, AE_IFCHR);
+        archive_entry_set_perm(e, 0);
+        archive_entry_set_rdev(e, 0);
+        archive_entry_set_size(e, 0);
+        archive_entry_xattr_clear(e);
+        break;
+      }
+      case MEMBER_PLAIN:
+        archive_entry_set_pathname(e, path);
+        if (archive_entry_hardlink(e)) {
+          _cleanup_free_ char *t =
+            clean_path(archive_entry_hardlink(e), "", path, NULL);
+          archive_entry_set_hardlink(e, t);
+        }
+        break;
+      }
+      if (archive_write_header(disk, e) < ARCHIVE_WARN) {
+        ret = dsec_fail(err, archive_errno(disk), "member `%s`: %s", path,
+                        archive_error_string(disk));
+        goto out;
+      }
+    }
+    ret = copy_data(&pl, disk, path, err);
+    if (ret < 0)
+      goto out;
+    if (disk && archive_write_finish_entry(disk) < ARCHIVE_WARN) {
+      ret = dsec_fail(err, archive_errno(disk), "member `%s`: %s", path,
+                      archive_error_string(disk));
+      goto out;
+    }
+  }
+  ret = pipeline_drain(&pl, st, err);
+
+out:
+  pipeline_close(&pl);
+  return ret;
+}
+
+int dsec_tar_scan(int fd, const struct dsec_tar_policy *p,
+                  struct dsec_tar_stats *st, struct dsec_error **err)
+{
+  return run_pipeline(fd, p, NULL, NULL, st, err);
+}
+
+/* The extracting child: confined to the target by chroot when root (by
+ * its cwd and libarchive's SECURE_* checks otherwise), it writes one JSON
+ * result to the pipe. */
+static _Noreturn void extract_child(int fd, const char *target,
+                                    const struct dsec_tar_policy *p,
+                                    int result_fd)
+{
+  _cleanup_error_ struct dsec_error *err = NULL;
+  struct opaque_list opq = { 0 };
+  struct dsec_tar_stats st;
+  struct archive *disk = NULL;
+  bool root = geteuid() == 0;
+  int flags = ARCHIVE_EXTRACT_SECURE_SYMLINKS | ARCHIVE_EXTRACT_SECURE_NODOTDOT |
+              ARCHIVE_EXTRACT_SECURE_NOABSOLUTEPATHS | ARCHIVE_EXTRACT_PERM |
+              ARCHIVE_EXTRACT_TIME | ARCHIVE_EXTRACT_XATTR |
+              ARCHIVE_EXTRACT_SPARSE | ARCHIVE_EXTRACT_UNLINK;
+  json_t *res;
+  int ret;
+
+  umask(022);
+  if (chdir(target) < 0) {
+    ret = dsec_fail(&err, errno, "cannot enter %s", target);
+    goto done;
+  }
+  if (root) {
+    if (chroot(".") < 0) {
+      ret = dsec_fail(&err, errno, "cannot confine extraction to %s", target);
+      goto done;
+    }
+    flags |= ARCHIVE_EXTRACT_OWNER;
+  }
+  disk = archive_write_disk_new();
+  archive_write_disk_set_options(disk, flags);
+
+  ret = run_pipeline(fd, p, disk, &opq, &st, &err);
+  if (ret == 0 && archive_write_close(disk) < ARCHIVE_WARN)
+    ret = dsec_fail(&err, archive_errno(disk), "cannot finish extraction: %s",
+                    archive_error_string(disk));
+  for (size_t i = 0; ret == 0 && i < opq.n; i++) {
+    int dfd = open(opq.v[i], O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (dfd < 0 && errno == ENOENT) {
+      if (dsec_mkdir_p(AT_FDCWD, opq.v[i], 0755, &err) < 0) {
+        ret = -1;
+        break;
+      }
+      dfd = open(opq.v[i], O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    }
+    if (dfd < 0 ||
+        fsetxattr(dfd, root ? "trusted.overlay.opaque" : "user.overlay.opaque",
+                  "y", 1, 0) < 0)
+      ret = dsec_fail(&err, errno, "cannot mark %s opaque", opq.v[i]);
+    if (dfd >= 0)
+      close(dfd);
+  }
+  if (ret == 0) {
+    /* the caller renames the tree into place only once it is durable */
+    int dfd = open(".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (dfd < 0 || syncfs(dfd) < 0)
+      ret = dsec_fail(&err, errno, "cannot sync the extracted tree");
+    if (dfd >= 0)
+      close(dfd);
+  }
+
+done:
+  if (disk)
+    archive_write_free(disk);
+  if (ret < 0)
+    res = json_pack("{s:i, s:i, s:s}", "status", err->status, "errno",
+                    err->errnum, "msg", err->msg);
+  else
+    res = json_pack("{s:i, s:s, s:s, s:I, s:I, s:I, s:s}", "status", 0,
+                    "digest", st.digest, "diff_id", st.diff_id, "size",
+                    (json_int_t) st.size, "uncompressed_size",
+                    (json_int_t) st.uncompressed_size, "entries",
+                    (json_int_t) st.entries, "compression", st.compression);
+  dsec_json_write_line(result_fd, res, NULL);
+  _exit(ret < 0 ? 1 : 0);
+}
+
+int dsec_tar_extract(int fd, const char *target,
+                     const struct dsec_tar_policy *p,
+                     const char *expected_digest, struct dsec_tar_stats *st,
+                     struct dsec_error **err)
+{
+  _cleanup_free_ char *out = NULL;
+  _cleanup_json_ json_t *res = NULL;
+  int pfd[2];
+  pid_t pid;
+  int status;
+  size_t len;
+  json_int_t code = 1;
+  const char *s;
+
+  if (pipe2(pfd, O_CLOEXEC) < 0)
+    return dsec_fail(err, errno, "pipe");
+  pid = fork();
+  if (pid < 0) {
+    close(pfd[0]);
+    close(pfd[1]);
+    return dsec_fail(err, errno, "fork");
+  }
+  if (pid == 0) {
+    close(pfd[0]);
+    extract_child(fd, target, p, pfd[1]);
+  }
+  close(pfd[1]);
+  out = dsec_read_fd(pfd[0], 1 << 20, &len, err);
+  close(pfd[0]);
+  while (waitpid(pid, &status, 0) < 0 && errno == EINTR)
+    ;
+  if (!out)
+    return -1;
+  if (len == 0 || !(res = json_loadb(out, len, 0, NULL)))
+    return dsec_fail(err, 0, "extraction into %s died (status 0x%x)", target,
+                     status);
+  dsec_json_get_int(res, "status", true, "extraction", &code, NULL);
+  if (code != 0) {
+    json_int_t errnum = 0;
+    dsec_json_get_int(res, "errno", false, "extraction", &errnum, NULL);
+    s = json_string_value(json_object_get(res, "msg"));
+    return dsec_error_set(err, (int) code, (int) errnum, "%s",
+                          s ? s : "extraction failed");
+  }
+  memset(st, 0, sizeof *st);
+  s = json_string_value(json_object_get(res, "digest"));
+  snprintf(st->digest, sizeof st->digest, "%s", s ? s : "");
+  s = json_string_value(json_object_get(res, "diff_id"));
+  snprintf(st->diff_id, sizeof st->diff_id, "%s", s ? s : "");
+  st->size = (uint64_t) json_integer_value(json_object_get(res, "size"));
+  st->uncompressed_size =
+    (uint64_t) json_integer_value(json_object_get(res, "uncompressed_size"));
+  st->entries = (uint64_t) json_integer_value(json_object_get(res, "entries"));
+  s = json_string_value(json_object_get(res, "compression"));
+  st->compression = !s                       ? "none"
+                    : strcmp(s, "gzip") == 0 ? "gzip"
+                    : strcmp(s, "zstd") == 0 ? "zstd"
+                    : strcmp(s, "xz") == 0   ? "xz"
+                                             : "none";
+  if (expected_digest && strcmp(expected_digest, st->digest) != 0)
+    return dsec_bad_input(err, "blob %s is corrupt: its content hashes to %s",
+                          expected_digest, st->digest);
+  return 0;
+}
+
+/* Creating archives. */
+struct creator {
+  struct archive *w;
+  struct archive *disk;
+  struct archive_entry_linkresolver *links;
+  const struct dsec_tar_source *src;
+};
+
+static bool excluded(const struct dsec_tar_source *s, const char *rel)
+{
+  for (const char *const *x = s->exclude; x && *x; x++)
+    if (strcmp(*x, rel) == 0)
+      return true;
+  return false;
+}
+
+static int write_entry(struct creator *c, struct archive_entry *e, int fd,
+                       struct dsec_error **err)
+{
+  struct archive_entry *spare = NULL;
+
+  archive_entry_linkify(c->links, &e, &spare);
+  for (struct archive_entry *cur = e; cur; cur = spare, spare = NULL) {
+    if (archive_write_header(c->w, cur) < ARCHIVE_WARN)
+      return dsec_fail(err, archive_errno(c->w), "%s: %s",
+                       archive_entry_pathname(cur),
+                       archive_error_string(c->w));
+    if (cur == e && fd >= 0 && archive_entry_size(cur) > 0) {
+      char buf[65536];
+      ssize_t n;
+      while ((n = read(fd, buf, sizeof buf)) > 0)
+        if (archive_write_data(c->w, buf, (size_t) n) < 0)
+          return dsec_fail(err, archive_errno(c->w), "%s: %s",
+                           archive_entry_pathname(cur),
+                           archive_error_string(c->w));
+      if (n < 0)
+        return dsec_fail(err, errno, "cannot read %s",
+                         archive_entry_pathname(cur));
+    }
+    if (cur != e)
+      archive_entry_free(cur);
+  }
+  return 0;
+}
+
+static int add_tree(struct creator *c, int dirfd, const char *rel,
+                    struct dsec_error **err)
+{
+  struct dirent **names = NULL;
+  int n, ret = 0;
+  _cleanup_free_ char *dirpath =
+    *rel ? xasprintf("%s/%s", c->src->dir, rel) : xstrdup(c->src->dir);
+
+  n = scandir(dirpath, &names, NULL, alphasort);
+  if (n < 0)
+    return dsec_fail(err, errno, "cannot read %s", dirpath);
+  for (int i = 0; i < n; i++) {
+    const char *name = names[i]->d_name;
+    _cleanup_free_ char *childrel = NULL;
+    _cleanup_free_ char *full = NULL;
+    _cleanup_free_ char *arcname = NULL;
+    _cleanup_close_ int fd = -1;
+    struct archive_entry *e;
+    struct stat st;
+
+    if (ret < 0 || strcmp(name, ".") == 0 || strcmp(name, "..") == 0)
+      continue;
+    childrel = *rel ? xasprintf("%s/%s", rel, name) : xstrdup(name);
+    if (excluded(c->src, childrel))
+      continue;
+    full = xasprintf("%s/%s", c->src->dir, childrel);
+    if (fstatat(dirfd, childrel, &st, AT_SYMLINK_NOFOLLOW) < 0) {
+      ret = dsec_fail(err, errno, "cannot stat %s", full);
+      continue;
+    }
+    if (S_ISSOCK(st.st_mode))
+      continue;
+    if (S_ISREG(st.st_mode)) {
+      fd = openat(dirfd, childrel, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+      if (fd < 0) {
+        ret = dsec_fail(err, errno, "cannot open %s", full);
+        continue;
+      }
+    }
+    arcname = *c->src->prefix ? xasprintf("%s/%s", c->src->prefix, childrel)
+                              : xstrdup(childrel);
+    e = archive_entry_new();
+    archive_entry_copy_pathname(e, arcname);
+    archive_entry_copy_sourcepath(e, full);
+    if (archive_read_disk_entry_from_file(c->disk, e, fd, &st) < ARCHIVE_WARN) {
+      ret = dsec_fail(err, archive_errno(c->disk), "%s: %s", full,
+                      archive_error_string(c->disk));
+      archive_entry_free(e);
+      continue;
+    }
+    archive_entry_unset_atime(e);
+    archive_entry_unset_ctime(e);
+    archive_entry_unset_birthtime(e);
+    archive_entry_set_uname(e, NULL);
+    archive_entry_set_gname(e, NULL);
+    ret = write_entry(c, e, fd, err);
+    archive_entry_free(e);
+    if (ret == 0 && S_ISDIR(st.st_mode))
+      ret = add_tree(c, dirfd, childrel, err);
+  }
+  for (int i = 0; i < n; i++)
+    free(names[i]);
+  free(names);
+  return ret;
+}
+
+struct out_cb {
+  dsec_write_fn fn;
+  void *ud;
+  struct dsec_error **err;
+};
+
+static la_ssize_t out_write(struct archive *a, void *ud, const void *buf,
+                            size_t len)
+{
+  struct out_cb *o = ud;
+  if (o->fn(o->ud, buf, len, o->err) < 0) {
+    archive_set_error(a, EIO, "%s", (*o->err) ? (*o->err)->msg : "write failed");
+    return -1;
+  }
+  return (la_ssize_t) len;
+}
+
+int dsec_tar_create(const struct dsec_tar_source *src, size_t n,
+                    dsec_write_fn fn, void *ud, bool zstd,
+                    struct dsec_error **err)
+{
+  struct creator c = { 0 };
+  struct out_cb out = { fn, ud, err };
+  int ret = 0;
+
+  c.w = archive_write_new();
+  c.disk = archive_read_disk_new();
+  archive_read_disk_set_symlink_physical(c.disk);
+  archive_write_set_format_pax_restricted(c.w);
+  archive_write_set_bytes_in_last_block(c.w, 1);
+  if (zstd) {
+    archive_write_add_filter_zstd(c.w);
+    archive_write_set_filter_option(c.w, "zstd", "compression-level", "3");
+  }
+  c.links = archive_entry_linkresolver_new();
+  archive_entry_linkresolver_set_strategy(c.links, archive_format(c.w));
+  if (archive_write_open(c.w, &out, NULL, out_write, NULL) != ARCHIVE_OK) {
+    ret = dsec_fail(err, archive_errno(c.w), "cannot start archive: %s",
+                    archive_error_string(c.w));
+    goto out;
+  }
+  for (size_t i = 0; i < n && ret == 0; i++) {
+    _cleanup_close_ int dfd =
+      open(src[i].dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (dfd < 0) {
+      ret = dsec_error_set(err,
+                           errno == ENOENT || errno == ENOTDIR ? DSEC_EXIT_INPUT
+                                                               : DSEC_EXIT_FAILURE,
+                           errno, "cannot open directory %s", src[i].dir);
+      break;
+    }
+    c.src = &src[i];
+    if (*src[i].prefix) {
+      struct archive_entry *e = archive_entry_new();
+      struct stat st;
+      fstat(dfd, &st);
+      archive_entry_copy_pathname(e, src[i].prefix);
+      archive_entry_copy_stat(e, &st);
+      archive_entry_unset_atime(e);
+      archive_entry_unset_ctime(e);
+      ret = write_entry(&c, e, -1, err);
+      archive_entry_free(e);
+    }
+    if (ret == 0)
+      ret = add_tree(&c, dfd, "", err);
+  }
+  if (ret == 0) {
+    /* hardlinks whose other names were never seen */
+    struct archive_entry *e = NULL, *spare = NULL;
+    archive_entry_linkify(c.links, &e, &spare);
+    while (e) {
+      archive_write_header(c.w, e);
+      archive_entry_free(e);
+      e = NULL;
+      archive_entry_linkify(c.links, &e, &spare);
+    }
+    if (archive_write_close(c.w) != ARCHIVE_OK)
+      ret = dsec_fail(err, archive_errno(c.w), "cannot finish archive: %s",
+                      archive_error_string(c.w));
+  }
+out:
+  archive_entry_linkresolver_free(c.links);
+  archive_read_free(c.disk);
+  archive_write_free(c.w);
+  return ret;
+}
