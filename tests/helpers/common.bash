@@ -1,0 +1,38 @@
+# Shared setup for dsec's bats files.  Every test gets its own DSEC_ROOT
+# and DSEC_RUN under BATS_TEST_TMPDIR, so tests never share a store and
+# leave nothing behind when bats removes the directory.
+
+: "${DSEC_SRCDIR:=$(cd "$BATS_TEST_DIRNAME/.." && pwd)}"
+: "${DSEC_BUILDDIR:=$DSEC_SRCDIR}"
+export DSEC_SRCDIR DSEC_BUILDDIR
+PATH="$DSEC_BUILDDIR:$PATH"
+export LC_ALL=C
+
+common_setup() {
+  export DSEC_ROOT="$BATS_TEST_TMPDIR/root"
+  export DSEC_RUN="$BATS_TEST_TMPDIR/run"
+  unset DSEC_STORE DSEC_LOG_FORMAT DSEC_DEBUG
+}
+
+# A busybox rootfs tarball, built once per file (BATS_FILE_TMPDIR).
+busybox_tar() {
+  local out="$BATS_FILE_TMPDIR/busybox.tar.gz"
+  [ -f "$out" ] || "$DSEC_SRCDIR/examples/mkrootfs-busybox.sh" "$out" >&2
+  echo "$out"
+}
+
+require_root() {
+  [ "$(id -u)" -eq 0 ] || skip "needs root"
+}
+
+# The store's directory of this test.
+store_dir() {
+  echo "${DSEC_STORE:-$DSEC_ROOT/store}"
+}
+
+# Fails unless no temporary file is left in the store.
+assert_store_clean_tmp() {
+  local left
+  left=$(find "$(store_dir)/tmp" -mindepth 1 2>/dev/null | head -5)
+  [ -z "$left" ] || { echo "left in store tmp: $left" >&2; return 1; }
+}
