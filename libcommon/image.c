@@ -391,7 +391,7 @@ int dsec_image_commit(struct dsec_store *s, const char *manifest, size_t mlen,
   _cleanup_free_ char *text = NULL;
   _cleanup_free_ char *file = NULL;
   _cleanup_free_ char *now = dsec_time_rfc3339();
-  json_t *layers, *namelist;
+  json_t *layers;
   const char *os, *arch;
   int ret;
 
@@ -429,31 +429,15 @@ int dsec_image_commit(struct dsec_store *s, const char *manifest, size_t mlen,
   {
     _cleanup_free_ char *plat =
       xasprintf("%s/%s", os ? os : "linux", arch ? arch : "amd64");
-    namelist = json_array();
-    for (const char *const *n = names; n && *n; n++)
-      json_array_append_new(namelist, json_string(*n));
-    rec = json_pack("{s:s, s:s, s:s, s:s, s:o, s:o, s:o, s:s}", "type",
-                    "image", "digest", mdigest, "config_digest",
-                    m.config.digest, "platform", plat, "names", namelist,
-                    "layers", layers, "config", config_summary(cfg),
-                    "created", now);
+    rec = json_pack("{s:s, s:s, s:s, s:s, s:o, s:o, s:s}", "type", "image",
+                    "digest", mdigest, "config_digest", m.config.digest,
+                    "platform", plat, "layers", layers, "config",
+                    config_summary(cfg), "created", now);
   }
   json_object_set_new(rec, "source", source ? json_string(source) : json_null());
-
-  /* Keep the names of an earlier pull of the same image. */
   {
+    /* an earlier import of the same image keeps its creation time */
     _cleanup_json_ json_t *old = dsec_image_record(s, mdigest, NULL);
-    json_t *v;
-    size_t i;
-    json_array_foreach(json_object_get(old, "names"), i, v)
-    {
-      bool seen = false;
-      json_t *w;
-      size_t k;
-      json_array_foreach(namelist, k, w) seen |= json_equal(v, w);
-      if (!seen)
-        json_array_append(namelist, v);
-    }
     if (old && json_object_get(old, "created"))
       json_object_set(rec, "created", json_object_get(old, "created"));
   }
@@ -479,8 +463,13 @@ int dsec_image_commit(struct dsec_store *s, const char *manifest, size_t mlen,
     if (ret < 0)
       goto out;
   }
-  if (record)
+  if (record) {
+    /* names are not stored in the record (refs are the truth); the
+     * caller sees the one it asked for first */
+    json_object_set_new(rec, "name",
+                        names && names[0] ? json_string(names[0]) : json_null());
     *record = json_incref(rec);
+  }
 out:
   dsec_manifest_clear(&m);
   return ret;

@@ -717,7 +717,24 @@ static int export_image(struct dsec_store *s, const char *digest,
     const char *ld = json_string_value(json_object_get(l, "digest"));
     json_array_append_new(paths, json_sprintf("blobs/sha256/%s", ld + 7));
   }
-  tags = json_copy(json_object_get(img, "names"));
+  tags = json_array();
+  {
+    _cleanup_json_ json_t *refs = dsec_ref_list(s, err);
+    json_t *r;
+    if (!refs) {
+      json_decref(tags);
+      json_decref(paths);
+      return -1;
+    }
+    json_array_foreach(refs, i, r)
+    {
+      if (strcmp(json_string_value(json_object_get(r, "digest")), digest) == 0)
+        json_array_append_new(
+          tags, json_sprintf("%s:%s",
+                             json_string_value(json_object_get(r, "name")),
+                             json_string_value(json_object_get(r, "version"))));
+    }
+  }
   {
     json_t *ij = json_pack("{s:i, s:[{s:s, s:s, s:I}]}", "schemaVersion", 2,
                            "manifests", "mediaType", DSEC_MT_OCI_MANIFEST,
