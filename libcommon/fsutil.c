@@ -171,8 +171,13 @@ int dsec_mkdir_p(int dirfd, const char *path, mode_t mode,
     char *slash = strchr(s, '/');
     if (slash)
       *slash = '\0';
-    if (*s && mkdirat(dirfd, p, mode) < 0 && errno != EEXIST)
-      return dsec_fail(err, errno, "cannot create directory %s", p);
+    if (*s && mkdirat(dirfd, p, mode) < 0) {
+      struct stat st;
+      if (errno != EEXIST)
+        return dsec_fail(err, errno, "cannot create directory %s", p);
+      if (fstatat(dirfd, p, &st, 0) < 0 || !S_ISDIR(st.st_mode))
+        return dsec_fail(err, ENOTDIR, "cannot create directory %s", p);
+    }
     if (!slash)
       break;
     *slash = '/';
@@ -234,6 +239,14 @@ static int rm_rf_children(int fd, dev_t dev, struct dsec_error **err)
         ret = dsec_fail(err, errno, "cannot open %s", de->d_name);
         break;
       }
+      /* entries of a read-only directory cannot be unlinked: make it ours
+       * (root ignores the mode, anyone else does not) */
+      if ((st.st_mode & 0700) != 0700 && fchmod(cfd, 0700) < 0 &&
+          errno != EPERM) {
+        ret = dsec_fail(err, errno, "cannot make %s writable", de->d_name);
+        close(cfd);
+        break;
+      }
       ret = rm_rf_children(cfd, dev, err);
       if (ret < 0) {
         dsec_error_wrap(err, "%s", de->d_name);
@@ -271,6 +284,8 @@ int dsec_rm_rf_at(int dirfd, const char *name, struct dsec_error **err)
   fd = openat(dirfd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
   if (fd < 0)
     return dsec_fail(err, errno, "cannot open %s", name);
+  if ((st.st_mode & 0700) != 0700)
+    (void) !fchmod(fd, 0700);
   ret = rm_rf_children(fd, st.st_dev, err);
   if (ret < 0)
     return dsec_error_wrap(err, "cannot remove %s", name);

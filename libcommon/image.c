@@ -217,18 +217,28 @@ static int write_layer_meta(struct dsec_store *s,
 }
 
 int dsec_layer_import_writer(struct dsec_store *s, struct dsec_blob_writer *w,
-                             const char *expected, const char *media_type,
+                             const struct dsec_layer_expect *x,
                              const struct dsec_tar_policy *p, json_t **meta,
                              bool *existed, struct dsec_error **err)
 {
+  static const struct dsec_layer_expect none = { NULL, -1, NULL, NULL };
   char digest[DSEC_DIGEST_LEN + 1];
   struct dsec_tar_stats st;
   _cleanup_close_ int fd = -1;
+  const char *media_type;
   int ret;
 
-  ret = dsec_blob_writer_finish(w, expected, digest, err);
+  if (!x)
+    x = &none;
+  ret = dsec_blob_writer_finish(w, x->digest, digest, err);
   if (ret < 0)
     goto fail;
+  if (x->size >= 0 && dsec_blob_writer_size(w) != (uint64_t) x->size) {
+    dsec_bad_input(err, "layer %s is %llu bytes, its descriptor says %lld",
+                   digest, (unsigned long long) dsec_blob_writer_size(w),
+                   (long long) x->size);
+    goto fail;
+  }
   fd = dsec_blob_writer_fd(w, err);
   if (fd < 0)
     goto fail;
@@ -237,8 +247,13 @@ int dsec_layer_import_writer(struct dsec_store *s, struct dsec_blob_writer *w,
     dsec_error_wrap(err, "layer %s", digest);
     goto fail;
   }
-  if (!media_type)
-    media_type = dsec_layer_media_type(st.compression);
+  if (x->diff_id && strcmp(x->diff_id, st.diff_id) != 0) {
+    dsec_bad_input(err, "layer %s: its content (%s) is not the config's "
+                        "diff_id %s", digest, st.diff_id, x->diff_id);
+    goto fail;
+  }
+  media_type = x->media_type ? x->media_type
+                             : dsec_layer_media_type(st.compression);
   /* metadata first: a layer is visible once its blob is, and a crash in
    * between leaves only metadata, which the next import rewrites */
   ret = write_layer_meta(s, &st, media_type, p, meta, err);
@@ -251,8 +266,8 @@ fail:
   return -1;
 }
 
-int dsec_layer_import_fd(struct dsec_store *s, int fd, const char *expected,
-                         const char *media_type,
+int dsec_layer_import_fd(struct dsec_store *s, int fd,
+                         const struct dsec_layer_expect *x,
                          const struct dsec_tar_policy *p, json_t **meta,
                          bool *cached, struct dsec_error **err)
 {
@@ -261,12 +276,19 @@ int dsec_layer_import_fd(struct dsec_store *s, int fd, const char *expected,
   char buf[1 << 16];
   json_t *m;
 
-  if (expected) {
-    lock = dsec_store_lock(s, "blob", expected, err);
+  if (x && x->digest) {
+    lock = dsec_store_lock(s, "blob", x->digest, err);
     if (lock < 0)
       return -1;
-    m = dsec_layer_meta(s, expected);
+    m = dsec_layer_meta(s, x->digest);
     if (m) {
+      const char *have = json_string_value(json_object_get(m, "diff_id"));
+      if (x->diff_id && (!have || strcmp(have, x->diff_id) != 0)) {
+        json_decref(m);
+        return dsec_bad_input(err, "layer %s: its content (%s) is not the "
+                                   "config's diff_id %s", x->digest,
+                              have ? have : "?", x->diff_id);
+      }
       if (cached)
         *cached = true;
       if (meta)
@@ -276,6 +298,9 @@ int dsec_layer_import_fd(struct dsec_store *s, int fd, const char *expected,
       return 0;
     }
   }
+  if (fd < 0)
+    return dsec_bad_input(err, "layer %s is missing", x && x->digest ? x->digest
+                                                                    : "?");
   if (dsec_blob_writer_open(s, &w, err) < 0)
     return -1;
   for (;;) {
@@ -293,8 +318,7 @@ int dsec_layer_import_fd(struct dsec_store *s, int fd, const char *expected,
       return -1;
     }
   }
-  return dsec_layer_import_writer(s, w, expected, media_type, p, meta, cached,
-                                  err);
+  return dsec_layer_import_writer(s, w, x, p, meta, cached, err);
 }
 
 char *dsec_image_default_config(const char *const *diff_ids, size_t n)

@@ -55,19 +55,29 @@ int dsec_index_pick(const char *buf, size_t len, const char *platform,
 /* The layer media type for a compression ("none", "gzip", ...). */
 const char *dsec_layer_media_type(const char *compression);
 
-/* Imports a layer whose bytes are in a finished-or-not blob writer (the
- * writer is always consumed): finishes it against expected (may be NULL),
- * checks every member, commits the blob and writes the layer's metadata.
- * *meta (optional) gets the layer record (new ref); *existed (optional)
- * is set when the store had the blob already. */
+/* What a manifest and a config say a layer is; each field may be unknown
+ * (NULL, or -1 for the size).  A layer that differs is refused before it
+ * becomes visible in the store. */
+struct dsec_layer_expect {
+  const char *digest;
+  int64_t size;
+  const char *diff_id;
+  const char *media_type; /* NULL: named after its compression */
+};
+
+/* Imports a layer whose bytes are in a blob writer (the writer is always
+ * consumed): finishes it, checks it against x (may be NULL) and every
+ * member against p, then writes the layer's metadata and commits the
+ * blob.  *meta (optional) gets the layer record (new ref); *existed
+ * (optional) is set when the store had the blob already. */
 int dsec_layer_import_writer(struct dsec_store *s, struct dsec_blob_writer *w,
-                             const char *expected, const char *media_type,
+                             const struct dsec_layer_expect *x,
                              const struct dsec_tar_policy *p, json_t **meta,
                              bool *existed, struct dsec_error **err);
-/* Same, reading fd to EOF; when the store has the layer already, nothing is
- * copied and *cached is set. */
-int dsec_layer_import_fd(struct dsec_store *s, int fd, const char *expected,
-                         const char *media_type,
+/* Same, reading fd to EOF; when x names a digest the store has already,
+ * nothing is read and *cached is set. */
+int dsec_layer_import_fd(struct dsec_store *s, int fd,
+                         const struct dsec_layer_expect *x,
                          const struct dsec_tar_policy *p, json_t **meta,
                          bool *cached, struct dsec_error **err);
 /* The layer's metadata record if the store has the layer (blob and meta),

@@ -157,16 +157,16 @@ int dsec_layer_create(struct dsec_store *s,
       return dsec_error_set(err, errno == ENOENT ? DSEC_EXIT_INPUT
                                                  : DSEC_EXIT_FAILURE,
                             errno, "cannot open %s", o->tar);
-    ret = dsec_layer_import_fd(s, fd, NULL, NULL, &o->policy, &meta, &cached,
-                               err);
+    ret = dsec_layer_import_fd(s, fd, NULL, &o->policy, &meta, &cached, err);
     if (ret < 0)
       return dsec_error_wrap(err, "%s", o->tar);
   } else {
     struct dsec_blob_writer *w = NULL;
-    static const char *const no_git[] = { ".git", NULL };
+    /* with --scrub-git, every .git (nested repositories and submodules
+     * too) is left out and the top one replaced by its scrubbed copy */
     struct dsec_tar_source src[2] = {
-      { o->dir, "", o->scrub_git ? no_git : NULL },
-      { NULL, ".git", NULL },
+      { o->dir, "", NULL, o->scrub_git ? ".git" : NULL },
+      { NULL, ".git", NULL, NULL },
     };
     size_t nsrc = 1;
     struct stat st;
@@ -189,8 +189,12 @@ int dsec_layer_create(struct dsec_store *s,
       if (ret < 0)
         dsec_blob_writer_abort(w);
       else
-        ret = dsec_layer_import_writer(s, w, NULL, DSEC_MT_OCI_LAYER "+zstd",
-                                       &o->policy, &meta, &cached, err);
+      {
+        const struct dsec_layer_expect x = { NULL, -1, NULL,
+                                             DSEC_MT_OCI_LAYER "+zstd" };
+        ret = dsec_layer_import_writer(s, w, &x, &o->policy, &meta, &cached,
+                                       err);
+      }
     }
     free((char *) src[1].dir);
     rm_tree_abs(gitrepo);

@@ -70,24 +70,23 @@ static void mark_cached(json_t *record, const bool *cached, size_t n)
                         json_boolean(cached[i]));
 }
 
-/* Imports one layer of a local source, checking its declared size. */
+/* The diff_id the config gives layer i, or NULL. */
+static const char *config_diff_id(json_t *cfg, size_t i)
+{
+  return json_string_value(json_array_get(
+    json_object_get(json_object_get(cfg, "rootfs"), "diff_ids"), i));
+}
+
+/* Imports one layer of a local source, checked against its descriptor
+ * and the config's diff_id before it becomes visible. */
 static int import_layer_fd(struct dsec_store *s, int fd,
-                           const struct dsec_descriptor *d,
+                           const struct dsec_descriptor *d, const char *diff_id,
                            const struct dsec_tar_policy *p, bool *cached,
                            struct dsec_error **err)
 {
-  _cleanup_json_ json_t *meta = NULL;
-  json_int_t size;
-
-  if (dsec_layer_import_fd(s, fd, d->digest, d->media_type, p, &meta, cached,
-                           err) < 0)
-    return -1;
-  size = json_integer_value(json_object_get(meta, "size"));
-  if ((uint64_t) size != d->size)
-    return dsec_bad_input(err, "layer %s is %lld bytes, its descriptor says "
-                               "%llu", d->digest, (long long) size,
-                          (unsigned long long) d->size);
-  return 0;
+  const struct dsec_layer_expect x = { d->digest, (int64_t) d->size, diff_id,
+                                       d->media_type };
+  return dsec_layer_import_fd(s, fd, &x, p, NULL, cached, err);
 }
 
 static int pull_tar(struct dsec_store *s, const char *path,
@@ -107,8 +106,7 @@ static int pull_tar(struct dsec_store *s, const char *path,
     return dsec_error_set(err, errno == ENOENT ? DSEC_EXIT_INPUT
                                                : DSEC_EXIT_FAILURE,
                           errno, "cannot open %s", path);
-  if (dsec_layer_import_fd(s, fd, NULL, NULL, &o->policy, &meta, &cached,
-                           err) < 0)
+  if (dsec_layer_import_fd(s, fd, NULL, &o->policy, &meta, &cached, err) < 0)
     return dsec_error_wrap(err, "%s", path);
   snprintf(digest, sizeof digest, "%s",
            json_string_value(json_object_get(meta, "digest")));
@@ -208,6 +206,7 @@ static int pull_oci(struct dsec_store *s, const char *dir, const char *tag,
   _cleanup_free_ char *manifest = NULL;
   _cleanup_free_ char *config = NULL;
   _cleanup_free_ bool *cached = NULL;
+  _cleanup_json_ json_t *cfg = NULL;
   struct dsec_descriptor pick = { 0 };
   struct dsec_manifest m = { 0 };
   size_t mlen, clen;
@@ -239,18 +238,23 @@ static int pull_oci(struct dsec_store *s, const char *dir, const char *tag,
   config = layout_read_blob(dfd, m.config.digest, DSEC_CONFIG_MAX, &clen, err);
   if (!config)
     goto out;
+  cfg = dsec_json_parse(config, clen, "image config", err);
+  if (!cfg)
+    goto out;
   cached = xzalloc(sizeof *cached * (m.n_layers + 1));
   for (size_t i = 0; i < m.n_layers; i++) {
     _cleanup_free_ char *path =
       xasprintf("blobs/sha256/%s", dsec_digest_hex(m.layers[i].digest));
     _cleanup_close_ int lfd = openat(dfd, path, O_RDONLY | O_CLOEXEC);
-    if (lfd < 0 && !dsec_layer_meta(s, m.layers[i].digest)) {
+    _cleanup_json_ json_t *have = dsec_layer_meta(s, m.layers[i].digest);
+    if (lfd < 0 && !have) {
       dsec_error_set(err, errno == ENOENT ? DSEC_EXIT_INPUT : DSEC_EXIT_FAILURE,
                      errno, "layer %s missing from the layout",
                      m.layers[i].digest);
       goto out;
     }
-    if (import_layer_fd(s, lfd, &m.layers[i], &o->policy, &cached[i], err) < 0)
+    if (import_layer_fd(s, lfd, &m.layers[i], config_diff_id(cfg, i),
+                        &o->policy, &cached[i], err) < 0)
       goto out;
   }
   if (dsec_image_commit(s, manifest, mlen, config, clen, canonical, ns->v,
@@ -322,43 +326,65 @@ static const char *clean_member(const char *p)
   return p;
 }
 
+/* Reads the member named `name` (at most max bytes) in one pass over the
+ * archive; NULL with *err unset when there is none. */
+static char *archive_find(const char *file, const char *name, size_t max,
+                          size_t *len, struct dsec_error **err)
+{
+  struct archive *a = docker_archive_open(file, err);
+  struct archive_entry *e;
+  char *buf = NULL;
+
+  if (!a)
+    return NULL;
+  for (;;) {
+    int r = archive_read_next_header(a, &e);
+    if (r == ARCHIVE_EOF)
+      break;
+    if (r < ARCHIVE_WARN) {
+      dsec_bad_input(err, "%s: %s", file, archive_error_string(a));
+      break;
+    }
+    if (strcmp(clean_member(archive_entry_pathname(e)), clean_member(name)) == 0) {
+      buf = archive_slurp(a, max, len, err);
+      break;
+    }
+  }
+  archive_read_free(a);
+  return buf;
+}
+
 static int pull_docker_archive(struct dsec_store *s, const char *file,
                                const struct dsec_pull_opts *o,
                                const char *canonical, struct names *ns,
                                json_t **record, struct dsec_error **err)
 {
-  struct archive *a;
+  struct archive *a = NULL;
   struct archive_entry *e;
   _cleanup_json_ json_t *mj = NULL;
+  _cleanup_json_ json_t *cfg = NULL;
   _cleanup_free_ char *config = NULL;
   _cleanup_free_ char *manifest = NULL;
   _cleanup_free_ char **digests = NULL;
   _cleanup_free_ bool *cached = NULL;
   const char *config_path;
   json_t *layer_paths, *first;
-  size_t n, clen = 0;
+  size_t n = 0, clen = 0, len;
   int ret = -1;
 
-  /* pass 1: manifest.json */
-  a = docker_archive_open(file, err);
-  if (!a)
-    return -1;
-  while (archive_read_next_header(a, &e) == ARCHIVE_OK) {
-    size_t len;
-    _cleanup_free_ char *buf = NULL;
-    if (strcmp(clean_member(archive_entry_pathname(e)), "manifest.json") != 0)
-      continue;
-    buf = archive_slurp(a, DSEC_MANIFEST_MAX, &len, err);
+  /* pass 1: manifest.json; pass 2: the config; pass 3: the layers, each
+   * checked against the config's diff_ids before it is stored */
+  {
+    _cleanup_free_ char *buf = archive_find(file, "manifest.json",
+                                            DSEC_MANIFEST_MAX, &len, err);
     if (!buf)
-      break;
+      return err && *err ? -1
+                         : dsec_bad_input(err, "%s: no manifest.json (not a "
+                                               "docker save archive)", file);
     mj = dsec_json_parse(buf, len, "manifest.json", err);
-    break;
+    if (!mj)
+      return -1;
   }
-  archive_read_free(a);
-  if (!mj)
-    return err && *err ? -1
-                       : dsec_bad_input(err, "%s: no manifest.json (not a "
-                                             "docker save archive)", file);
   first = json_array_get(mj, 0);
   if (!json_is_array(mj) || !first ||
       dsec_json_get_string(first, "Config", true, "manifest.json",
@@ -367,11 +393,18 @@ static int pull_docker_archive(struct dsec_store *s, const char *file,
                           &layer_paths, err) < 0)
     return dsec_bad_input(err, "%s: manifest.json lacks Config or Layers",
                           file);
+  config = archive_find(file, config_path, DSEC_CONFIG_MAX, &clen, err);
+  if (!config)
+    return err && *err ? -1
+                       : dsec_bad_input(err, "%s: config %s missing from the "
+                                             "archive", file, config_path);
+  cfg = dsec_json_parse(config, clen, "image config", err);
+  if (!cfg)
+    return -1;
   n = json_array_size(layer_paths);
   digests = xzalloc(sizeof *digests * (n + 1));
   cached = xzalloc(sizeof *cached * (n + 1));
 
-  /* pass 2: the config and the layers, in archive order */
   a = docker_archive_open(file, err);
   if (!a)
     return -1;
@@ -385,16 +418,11 @@ static int pull_docker_archive(struct dsec_store *s, const char *file,
       goto out;
     }
     path = clean_member(archive_entry_pathname(e));
-    if (strcmp(path, clean_member(config_path)) == 0 && !config) {
-      config = archive_slurp(a, DSEC_CONFIG_MAX, &clen, err);
-      if (!config)
-        goto out;
-      continue;
-    }
     for (size_t i = 0; i < n; i++) {
       const char *lp = json_string_value(json_array_get(layer_paths, i));
       struct dsec_blob_writer *w = NULL;
       _cleanup_json_ json_t *meta = NULL;
+      struct dsec_layer_expect x = { NULL, -1, config_diff_id(cfg, i), NULL };
       char buf[1 << 16];
       la_ssize_t got;
 
@@ -411,8 +439,8 @@ static int pull_docker_archive(struct dsec_store *s, const char *file,
         dsec_blob_writer_abort(w);
         goto out;
       }
-      if (dsec_layer_import_writer(s, w, NULL, NULL, &o->policy, &meta,
-                                   &cached[i], err) < 0) {
+      if (dsec_layer_import_writer(s, w, &x, &o->policy, &meta, &cached[i],
+                                   err) < 0) {
         dsec_error_wrap(err, "%s", path);
         goto out;
       }
@@ -426,11 +454,6 @@ static int pull_docker_archive(struct dsec_store *s, const char *file,
         }
       break;
     }
-  }
-  if (!config) {
-    dsec_bad_input(err, "%s: config %s missing from the archive", file,
-                   config_path);
-    goto out;
   }
   for (size_t i = 0; i < n; i++)
     if (!digests[i]) {
@@ -457,7 +480,8 @@ static int pull_docker_archive(struct dsec_store *s, const char *file,
 out:
   for (size_t i = 0; i < n; i++)
     free(digests[i]);
-  archive_read_free(a);
+  if (a)
+    archive_read_free(a);
   return ret;
 }
 
@@ -482,6 +506,7 @@ static int pull_registry(struct dsec_store *s, const char *source,
   _cleanup_free_ struct dsec_fetch *fetch = NULL;
   _cleanup_free_ int *locks = NULL;
   _cleanup_free_ char **order = NULL;
+  _cleanup_json_ json_t *cfg = NULL;
   size_t len, clen, nfetch = 0, nlocks = 0;
   char got[DSEC_DIGEST_LEN + 1];
   int ret = -1;
@@ -545,36 +570,15 @@ static int pull_registry(struct dsec_store *s, const char *source,
     nlocks++;
   }
 
-  /* the config, then every layer not in the store yet */
+  /* the config first: its diff_ids check each layer before it is stored */
   fetch = xzalloc(sizeof *fetch * (m.n_layers + 1));
   fetch[0].digest = m.config.digest;
   fetch[0].size = m.config.size;
   if (dsec_blob_writer_open(s, &fetch[0].writer, err) < 0)
     goto out;
   dsec_blob_writer_set_limit(fetch[0].writer, m.config.size);
-  nfetch = 1;
-  cached = xzalloc(sizeof *cached * (m.n_layers + 1));
-  for (size_t i = 0; i < m.n_layers; i++) {
-    _cleanup_json_ json_t *meta = dsec_layer_meta(s, m.layers[i].digest);
-    bool dup = false;
-    for (size_t k = 1; k < nfetch; k++)
-      dup |= strcmp(fetch[k].digest, m.layers[i].digest) == 0;
-    cached[i] = meta != NULL;
-    if (meta || dup)
-      continue;
-    fetch[nfetch].digest = m.layers[i].digest;
-    fetch[nfetch].size = m.layers[i].size;
-    if (dsec_blob_writer_open(s, &fetch[nfetch].writer, err) < 0)
-      goto out;
-    dsec_blob_writer_set_limit(fetch[nfetch].writer, m.layers[i].size);
-    nfetch++;
-  }
-  if (dsec_registry_fetch_blobs(reg, fetch, nfetch, o->parallel ? o->parallel
-                                                                : 4,
-                                err) < 0)
+  if (dsec_registry_fetch_blobs(reg, fetch, 1, 1, err) < 0)
     goto out;
-
-  /* config: verified and read back */
   {
     struct dsec_blob_writer *w = steal_pointer(&fetch[0].writer);
     _cleanup_close_ int cfd = -1;
@@ -586,25 +590,42 @@ static int pull_registry(struct dsec_store *s, const char *source,
     }
     config = dsec_read_fd(cfd, DSEC_CONFIG_MAX, &clen, err);
     dsec_blob_writer_abort(w); /* dsec_image_commit stores it */
-    if (!config)
+    if (!config || !(cfg = dsec_json_parse(config, clen, "image config", err)))
       goto out;
   }
-  for (size_t i = 1; i < nfetch; i++) {
-    struct dsec_blob_writer *w = steal_pointer(&fetch[i].writer);
-    const char *lmt = NULL;
-    for (size_t k = 0; k < m.n_layers; k++)
-      if (strcmp(m.layers[k].digest, fetch[i].digest) == 0)
-        lmt = m.layers[k].media_type;
-    if (dsec_blob_writer_size(w) != fetch[i].size) {
-      dsec_blob_writer_abort(w);
-      dsec_bad_input(err, "layer %s: got %llu bytes, the manifest says %llu",
-                     fetch[i].digest,
-                     (unsigned long long) dsec_blob_writer_size(w),
-                     (unsigned long long) fetch[i].size);
+
+  /* then every layer not in the store yet, in parallel */
+  cached = xzalloc(sizeof *cached * (m.n_layers + 1));
+  for (size_t i = 0; i < m.n_layers; i++) {
+    _cleanup_json_ json_t *meta = dsec_layer_meta(s, m.layers[i].digest);
+    bool dup = false;
+    for (size_t k = 0; k < nfetch; k++)
+      dup |= strcmp(fetch[k].digest, m.layers[i].digest) == 0;
+    cached[i] = meta != NULL;
+    if (meta || dup)
+      continue;
+    fetch[nfetch].digest = m.layers[i].digest;
+    fetch[nfetch].size = m.layers[i].size;
+    if (dsec_blob_writer_open(s, &fetch[nfetch].writer, err) < 0)
       goto out;
-    }
-    if (dsec_layer_import_writer(s, w, fetch[i].digest, lmt, &o->policy, NULL,
-                                 NULL, err) < 0)
+    dsec_blob_writer_set_limit(fetch[nfetch].writer, m.layers[i].size);
+    nfetch++;
+  }
+  if (nfetch > 0 &&
+      dsec_registry_fetch_blobs(reg, fetch, nfetch,
+                                o->parallel ? o->parallel : 4, err) < 0)
+    goto out;
+  for (size_t i = 0; i < nfetch; i++) {
+    struct dsec_blob_writer *w = steal_pointer(&fetch[i].writer);
+    struct dsec_layer_expect x = { fetch[i].digest, (int64_t) fetch[i].size,
+                                   NULL, NULL };
+    for (size_t k = 0; k < m.n_layers; k++)
+      if (strcmp(m.layers[k].digest, fetch[i].digest) == 0) {
+        x.media_type = m.layers[k].media_type;
+        x.diff_id = config_diff_id(cfg, k);
+        break;
+      }
+    if (dsec_layer_import_writer(s, w, &x, &o->policy, NULL, NULL, err) < 0)
       goto out;
   }
 

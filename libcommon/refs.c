@@ -205,11 +205,16 @@ int dsec_ref_set(struct dsec_store *s, const char *name, const char *version,
 
   if (!dsec_ref_name_valid(name) || !dsec_ref_version_valid(version))
     return dsec_bad_input(err, "invalid name %s@%s", name, version);
+  if (!dsec_digest_valid(digest))
+    return dsec_bad_input(err, "invalid digest for %s@%s", name, version);
   dfd = dsec_open_dir_at(s->refs_fd, name, true, err);
-  if (dfd < 0)
+  if (dfd < 0) {
+    if (err && *err && ((*err)->errnum == ENOTDIR || (*err)->errnum == EEXIST))
+      (*err)->status = DSEC_EXIT_INPUT;
     return dsec_error_wrap(err, "cannot tag %s@%s (a name cannot also be "
                                 "the version of a shorter name)",
                            name, version);
+  }
   rec = json_pack("{s:s, s:s, s:s, s:s, s:s, s:s}", "type", "ref", "name",
                   name, "version", version, "kind", dsec_kind_name(kind),
                   "digest", digest, "created", now);
@@ -269,9 +274,13 @@ int dsec_ref_get(struct dsec_store *s, const char *name, const char *version,
 int dsec_ref_rm(struct dsec_store *s, const char *name, const char *version,
                 struct dsec_error **err)
 {
-  _cleanup_free_ char *path = ref_path(name, version);
-  _cleanup_free_ char *dir = xstrdup(name);
+  _cleanup_free_ char *path = NULL;
+  _cleanup_free_ char *dir = NULL;
 
+  if (!dsec_ref_name_valid(name) || !dsec_ref_version_valid(version))
+    return 0;
+  path = ref_path(name, version);
+  dir = xstrdup(name);
   if (unlinkat(s->refs_fd, path, 0) < 0) {
     if (errno == ENOENT || errno == ENOTDIR || errno == EISDIR)
       return 0;

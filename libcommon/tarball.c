@@ -14,6 +14,7 @@
 #include <sys/wait.h>
 #include <sys/xattr.h>
 #include <unistd.h>
+#include <zlib.h>
 
 #include "fsutil.h"
 #include "json.h"
@@ -89,9 +90,16 @@ static la_ssize_t src_read(struct archive *a, void *ud, const void **out)
   return r;
 }
 
-/* Stage 2: the decompressed stream, hashed (diff_id) and bounded. */
+/* Stage 2: the decompressed stream, hashed (diff_id) and bounded.  gzip
+ * goes through zlib, which checks each member's CRC (libarchive's gzip
+ * reader does not, and for a plain tarball that CRC is the only integrity
+ * check there is); zstd and xz through libarchive's raw reader. */
 struct mid {
   struct archive *raw;
+  struct src *src;
+  bool gzip;
+  bool z_init, z_end, src_eof;
+  z_stream z;
   struct dsec_sha256 *hash;
   uint64_t n;
   uint64_t max;
@@ -100,15 +108,73 @@ struct mid {
   bool raw_failed;
 };
 
+static la_ssize_t gzip_read(struct archive *a, struct mid *m)
+{
+  for (;;) {
+    size_t produced;
+    int zr;
+
+    if (m->z.avail_in == 0 && !m->src_eof) {
+      const void *b;
+      la_ssize_t r = src_read(a, m->src, &b);
+      if (r < 0)
+        return -1;
+      if (r == 0)
+        m->src_eof = true;
+      m->z.next_in = (Bytef *) b;
+      m->z.avail_in = (uInt) r;
+    }
+    if (m->z_end) {
+      if (m->z.avail_in == 0) {
+        if (m->src_eof)
+          return 0;
+        continue;
+      }
+      if (m->z.next_in[0] != 0x1f) {
+        /* trailing bytes after the last member (padding): ignored, as
+         * gzip(1) does; they are hashed with the rest of the file */
+        m->z.avail_in = 0;
+        continue;
+      }
+      inflateReset(&m->z);
+      m->z_end = false;
+    }
+    m->z.next_out = m->buf;
+    m->z.avail_out = CHUNK;
+    zr = inflate(&m->z, Z_NO_FLUSH);
+    produced = CHUNK - m->z.avail_out;
+    if (zr == Z_STREAM_END)
+      m->z_end = true;
+    else if (zr == Z_BUF_ERROR && m->z.avail_in == 0 && m->src_eof) {
+      archive_set_error(a, EINVAL, "truncated gzip stream");
+      return -1;
+    } else if (zr != Z_OK && zr != Z_BUF_ERROR) {
+      archive_set_error(a, EINVAL, "corrupt gzip stream: %s",
+                        m->z.msg ? m->z.msg : "inflate failed");
+      return -1;
+    }
+    if (produced)
+      return (la_ssize_t) produced;
+    if (m->z.avail_in == 0 && m->src_eof && !m->z_end) {
+      archive_set_error(a, EINVAL, "truncated gzip stream");
+      return -1;
+    }
+  }
+}
+
 static la_ssize_t mid_read(struct archive *a, void *ud, const void **out)
 {
   struct mid *m = ud;
-  la_ssize_t r = archive_read_data(m->raw, m->buf, CHUNK);
+  la_ssize_t r = m->gzip ? gzip_read(a, m)
+                         : archive_read_data(m->raw, m->buf, CHUNK);
 
   if (r < 0) {
     m->raw_failed = true;
-    archive_set_error(a, archive_errno(m->raw), "%s",
-                      archive_error_string(m->raw));
+    if (!m->gzip) {
+      const char *msg = archive_error_string(m->raw);
+      archive_set_error(a, archive_errno(m->raw), "%s",
+                        msg ? msg : "cannot decompress the stream");
+    }
     return -1;
   }
   m->n += (uint64_t) r;
@@ -175,30 +241,114 @@ static char *clean_path(const char *raw, const char *what, const char *orig,
   return out;
 }
 
-/* A relative symlink target must not climb above the layer's top. */
-static bool symlink_escapes(const char *path, const char *target)
+/* Path components, for resolving symlink targets lexically. */
+struct comps {
+  char **v;
+  size_t n, cap;
+};
+
+static void comps_push(struct comps *c, const char *s, size_t len)
 {
-  int depth = 0;
-  const char *p;
+  if (c->n == c->cap) {
+    c->cap = c->cap ? c->cap * 2 : 16;
+    c->v = xrealloc(c->v, sizeof *c->v * c->cap);
+  }
+  c->v[c->n++] = xstrndup(s, len);
+}
+
+static void comps_clear(struct comps *c)
+{
+  for (size_t i = 0; i < c->n; i++)
+    free(c->v[i]);
+  c->n = 0;
+}
+
+static char *comps_join(const struct comps *c)
+{
+  size_t len = 1;
+  char *out, *o;
+  for (size_t i = 0; i < c->n; i++)
+    len += strlen(c->v[i]) + 1;
+  out = o = xmalloc(len);
+  *o = '\0';
+  for (size_t i = 0; i < c->n; i++)
+    o += sprintf(o, "%s%s", i ? "/" : "", c->v[i]);
+  return out;
+}
+
+/* Walks target from the directory in c, through the layer's earlier
+ * symlinks (links: path -> target).  Returns true when it climbs above the
+ * layer's top.  Absolute targets resolve inside the sandbox's root (as
+ * every image's /etc/alternatives links do): they never escape. */
+static bool walk_escapes(json_t *links, struct comps *c, const char *target,
+                         int *hops)
+{
+  const char *p = target;
 
   if (target[0] == '/')
-    return false; /* resolved inside the sandbox's root, never the host's */
-  for (p = path; (p = strchr(p, '/')); p++)
-    depth++;
-  p = target;
+    return false;
   while (*p) {
     const char *end = strchr(p, '/');
     size_t len = end ? (size_t) (end - p) : strlen(p);
     if (len == 2 && p[0] == '.' && p[1] == '.') {
-      if (--depth < 0)
+      if (c->n == 0)
         return true;
-    } else if (len > 0 && !(len == 1 && p[0] == '.'))
-      depth++;
+      free(c->v[--c->n]);
+    } else if (len > 0 && !(len == 1 && p[0] == '.')) {
+      _cleanup_free_ char *joined = NULL;
+      const char *next;
+      comps_push(c, p, len);
+      joined = comps_join(c);
+      next = json_string_value(json_object_get(links, joined));
+      if (next) {
+        if (++*hops > 40)
+          return true; /* a loop: refuse rather than guess */
+        free(c->v[--c->n]);
+        if (next[0] == '/')
+          return false;
+        if (walk_escapes(links, c, next, hops))
+          return true;
+      }
+    }
     p += len;
     while (*p == '/')
       p++;
   }
   return false;
+}
+
+static bool symlink_escapes(json_t *links, const char *path, const char *target)
+{
+  struct comps c = { 0 };
+  const char *p = path;
+  int hops = 0;
+  bool r;
+
+  /* start in the link's directory */
+  for (const char *slash; (slash = strchr(p, '/')); p = slash + 1)
+    comps_push(&c, p, (size_t) (slash - p));
+  r = walk_escapes(links, &c, target, &hops);
+  comps_clear(&c);
+  free(c.v);
+  return r;
+}
+
+/* The first earlier symlink member that path goes through, or NULL. */
+static const char *through_symlink(json_t *links, const char *path)
+{
+  _cleanup_free_ char *p = xstrdup(path);
+  for (char *slash = strchr(p, '/'); slash; slash = strchr(slash + 1, '/')) {
+    json_t *hit;
+    *slash = '\0';
+    hit = json_object_get(links, p);
+    *slash = '/';
+    if (hit) {
+      static __thread char which[4096];
+      snprintf(which, sizeof which, "%.*s", (int) (slash - p), p);
+      return which;
+    }
+  }
+  return NULL;
 }
 
 static bool has_file_caps(struct archive_entry *e)
@@ -215,7 +365,7 @@ static bool has_file_caps(struct archive_entry *e)
 }
 
 static int check_entry(struct archive_entry *e, const struct dsec_tar_policy *p,
-                       char **clean, enum member *kind,
+                       json_t *links, char **clean, enum member *kind,
                        struct dsec_error **err)
 {
   const char *raw = archive_entry_pathname(e);
@@ -238,6 +388,12 @@ static int check_entry(struct archive_entry *e, const struct dsec_tar_policy *p,
     *clean = steal_pointer(&path);
     return 0;
   }
+  {
+    const char *via = through_symlink(links, path);
+    if (via)
+      return dsec_bad_input(err, "member `%s` goes through the symlink `%s`",
+                            raw, via);
+  }
 
   if (hl) {
     _cleanup_free_ char *t = clean_path(hl, "its hardlink target", raw, err);
@@ -245,6 +401,10 @@ static int check_entry(struct archive_entry *e, const struct dsec_tar_policy *p,
       return -1;
     if (!*t)
       return dsec_bad_input(err, "member `%s`: hardlink to the top", raw);
+    if (through_symlink(links, t))
+      return dsec_bad_input(err, "member `%s`: hardlink target goes through "
+                                 "the symlink `%s`", raw,
+                            through_symlink(links, t));
   } else {
     switch (type) {
     case AE_IFREG:
@@ -256,7 +416,7 @@ static int check_entry(struct archive_entry *e, const struct dsec_tar_policy *p,
       if (!t || !*t)
         return dsec_bad_input(err, "member `%s`: symlink without a target",
                               raw);
-      if (symlink_escapes(path, t))
+      if (symlink_escapes(links, path, t))
         return dsec_bad_input(err, "member `%s`: symlink target `%s` points "
                                    "out of the layer", raw, t);
       break;
@@ -296,10 +456,16 @@ static int check_entry(struct archive_entry *e, const struct dsec_tar_policy *p,
       return dsec_bad_input(err, "member `%s`: malformed whiteout", raw);
     else
       *kind = MEMBER_WHITEOUT;
-    if (type != AE_IFREG || hl)
+    if (type != AE_IFREG || hl || archive_entry_size(e) != 0)
       return dsec_bad_input(err, "member `%s`: a whiteout must be an empty "
                                  "regular file", raw);
   }
+  /* later members see this one: a symlink is recorded, anything else at
+   * the same path replaces it */
+  if (type == AE_IFLNK && !hl)
+    json_object_set_new(links, path, json_string(archive_entry_symlink(e)));
+  else if (json_object_size(links))
+    json_object_del(links, path);
   *clean = steal_pointer(&path);
   return 0;
 }
@@ -317,6 +483,8 @@ static void pipeline_close(struct pipeline *pl)
     archive_read_free(pl->tar);
   if (pl->raw)
     archive_read_free(pl->raw);
+  if (pl->mid.z_init)
+    inflateEnd(&pl->mid.z);
   dsec_sha256_free(pl->src.hash);
   dsec_sha256_free(pl->mid.hash);
   free(pl->src.buf);
@@ -354,25 +522,43 @@ static int pipeline_open(struct pipeline *pl, int fd,
     return dsec_bad_input(err, "unsupported compression: %s (dsec reads "
                                "tar, gzip, zstd and xz)", unsupported);
 
-  pl->raw = archive_read_new();
-  pl->mid.raw = pl->raw;
-  archive_read_support_filter_gzip(pl->raw);
-  archive_read_support_filter_zstd(pl->raw);
-  archive_read_support_filter_xz(pl->raw);
-  archive_read_support_format_raw(pl->raw);
-  if (archive_read_open(pl->raw, &pl->src, NULL, src_read, NULL) != ARCHIVE_OK)
-    return dsec_bad_input(err, "cannot read the stream: %s",
-                          archive_error_string(pl->raw));
-  if (archive_read_next_header(pl->raw, &e) != ARCHIVE_OK)
-    return dsec_bad_input(err, "cannot read the stream: %s",
-                          archive_error_string(pl->raw));
+  pl->mid.src = &pl->src;
+  if (strcmp(st->compression, "gzip") == 0) {
+    pl->mid.gzip = true;
+    if (inflateInit2(&pl->mid.z, 16 + MAX_WBITS) != Z_OK)
+      return dsec_fail(err, ENOMEM, "zlib");
+    pl->mid.z_init = true;
+  } else {
+    const char *msg;
+    pl->raw = archive_read_new();
+    pl->mid.raw = pl->raw;
+    archive_read_support_filter_zstd(pl->raw);
+    archive_read_support_filter_xz(pl->raw);
+    archive_read_support_format_raw(pl->raw);
+    if (archive_read_open(pl->raw, &pl->src, NULL, src_read, NULL) !=
+          ARCHIVE_OK ||
+        archive_read_next_header(pl->raw, &e) != ARCHIVE_OK) {
+      msg = archive_error_string(pl->raw);
+      return dsec_bad_input(err, "cannot read the stream: %s",
+                            msg ? msg : "unreadable");
+    }
+  }
 
   pl->tar = archive_read_new();
   archive_read_support_format_tar(pl->tar);
   if (archive_read_open(pl->tar, &pl->mid, NULL, mid_read, NULL) !=
-      ARCHIVE_OK)
+      ARCHIVE_OK) {
+    const char *msg = archive_error_string(pl->tar);
+    if (pl->mid.bomb)
+      return dsec_bad_input(err, "uncompressed size exceeds the limit of %llu "
+                                 "bytes (a decompression bomb? raise it with "
+                                 "--max-size)",
+                            (unsigned long long) pl->mid.max);
+    if (pl->src.errnum)
+      return dsec_fail(err, pl->src.errnum, "read failed");
     return dsec_bad_input(err, "not a tar archive: %s",
-                          archive_error_string(pl->tar));
+                          msg ? msg : "unreadable");
+  }
   return 0;
 }
 
@@ -457,6 +643,7 @@ static int run_pipeline(int fd, const struct dsec_tar_policy *p,
                         struct dsec_tar_stats *st, struct dsec_error **err)
 {
   struct pipeline pl;
+  _cleanup_json_ json_t *links = json_object();
   int ret;
 
   memset(st, 0, sizeof *st);
@@ -481,7 +668,7 @@ static int run_pipeline(int fd, const struct dsec_tar_policy *p,
                            (unsigned long long) DSEC_MAX_ENTRIES);
       goto out;
     }
-    ret = check_entry(e, p, &path, &kind, err);
+    ret = check_entry(e, p, links, &path, &kind, err);
     if (ret < 0)
       goto out;
 
@@ -697,12 +884,13 @@ struct creator {
   const struct dsec_tar_source *src;
 };
 
-static bool excluded(const struct dsec_tar_source *s, const char *rel)
+static bool excluded(const struct dsec_tar_source *s, const char *rel,
+                     const char *name)
 {
   for (const char *const *x = s->exclude; x && *x; x++)
     if (strcmp(*x, rel) == 0)
       return true;
-  return false;
+  return s->exclude_name && strcmp(s->exclude_name, name) == 0;
 }
 
 static int write_entry(struct creator *c, struct archive_entry *e, int fd,
@@ -757,7 +945,7 @@ static int add_tree(struct creator *c, int dirfd, const char *rel,
     if (ret < 0 || strcmp(name, ".") == 0 || strcmp(name, "..") == 0)
       continue;
     childrel = *rel ? xasprintf("%s/%s", rel, name) : xstrdup(name);
-    if (excluded(c->src, childrel))
+    if (excluded(c->src, childrel, name))
       continue;
     full = xasprintf("%s/%s", c->src->dir, childrel);
     if (fstatat(dirfd, childrel, &st, AT_SYMLINK_NOFOLLOW) < 0) {

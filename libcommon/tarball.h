@@ -53,6 +53,7 @@ struct dsec_tar_source {
   const char *dir;
   const char *prefix;
   const char *const *exclude;
+  const char *exclude_name; /* a file name left out wherever it is */
 };
 typedef int (*dsec_write_fn)(void *ud, const void *buf, size_t len,
                              struct dsec_error **err);

@@ -1,0 +1,206 @@
+#!/usr/bin/env bats
+# --help, the man page and the bash completion of each program must tell
+# the same story: the same long options, and for dsec-layer the same
+# commands, each option offered for the commands --help says it applies to.
+# An option added to --help without a man page entry and a completion
+# fails here.
+
+load helpers/common
+
+bats_require_minimum_version 1.5.0
+
+PROGS=(dsec-pull dsec-layer)
+
+setup() {
+  common_setup
+}
+
+# The long options of `PROG --help`: the option column of its "Options:"
+# list, one per line, sorted.
+help_options() {
+  "$1" --help | sed -n '/^Options:/,/^$/p' |
+    grep -oE '^ +(-[A-Za-z], +)?--[a-z][a-z-]*' |
+    grep -o -- '--[a-z][a-z-]*' | LC_ALL=C sort -u
+}
+
+# The commands of `PROG --help`: the first word of each entry of its
+# "Commands:" list (entries are indented by two spaces).
+help_commands() {
+  "$1" --help | sed -n '/^Commands:/,/^$/p' |
+    grep -oE '^  [a-z][a-z-]*' | tr -d ' ' | LC_ALL=C sort -u
+}
+
+# The roff source of section NAME of man page FILE (without its .SH line).
+man_section() {
+  awk -v s="$2" '
+    /^\.SH / { sub(/^\.SH +/, ""); gsub(/"/, ""); insec = ($0 == s); next }
+    insec' "$1"
+}
+
+# The tag lines (the line after each .TP) of a section, as plain text.
+man_tags() {
+  man_section "$1" "$2" | awk 'tp { print; tp = 0 } /^\.TP/ { tp = 1 }' |
+    sed -e 's/\\-/-/g' -e 's/\\f[BIRP]//g' -e 's/\\(em//g'
+}
+
+# The long options the OPTIONS section of man page FILE documents.
+man_options() {
+  man_tags "$1" OPTIONS | grep -o -- '--[a-z][a-z-]*' | LC_ALL=C sort -u
+}
+
+# The same, in the order the page lists them.
+man_options_in_order() {
+  man_tags "$1" OPTIONS | grep -o -- '--[a-z][a-z-]*'
+}
+
+# The commands the COMMANDS section of man page FILE documents.
+man_commands() {
+  man_tags "$1" COMMANDS | sed -e 's/^\.[A-Z]* //' | awk '{ print $1 }' |
+    LC_ALL=C sort -u
+}
+
+# The long options that appear in completion file FILE, comments aside.
+completion_options() {
+  grep -v '^[[:space:]]*#' "$1" | grep -o -- '--[a-z][a-z-]*' |
+    LC_ALL=C sort -u
+}
+
+# complete LINE: runs the completion function of LINE's program on LINE
+# (the cursor at its end) and prints the candidates, one per line.
+complete_line() {
+  local prog=${1%% *} fn
+  # shellcheck disable=SC1090
+  source "$DSEC_SRCDIR/completions/bash/$prog"
+  fn=$(complete -p "$prog" | sed -n 's/.*-F \([^ ]*\) .*/\1/p')
+  [ -n "$fn" ] || { echo "no completion function for $prog" >&2; return 1; }
+  COMP_LINE=$1
+  COMP_POINT=${#COMP_LINE}
+  read -ra COMP_WORDS <<<"$COMP_LINE"
+  [[ $COMP_LINE == *" " ]] && COMP_WORDS+=("")
+  COMP_CWORD=$((${#COMP_WORDS[@]} - 1))
+  COMPREPLY=()
+  "$fn"
+  [ "${#COMPREPLY[@]}" -eq 0 ] || printf '%s\n' "${COMPREPLY[@]}"
+}
+
+# same_set WHAT LEFT-NAME LEFT RIGHT-NAME RIGHT: fails, showing the
+# difference, unless the two newline-separated lists are equal.
+same_set() {
+  if [ "$3" != "$5" ]; then
+    echo "$1: $2 and $4 differ (< $2, > $4):" >&2
+    diff <(echo "$3") <(echo "$5") >&2
+    return 1
+  fi
+}
+
+@test "each program lists the same options in --help, man page and completion" {
+  local prog help man comp
+  for prog in "${PROGS[@]}"; do
+    help=$(help_options "$prog")
+    man=$(man_options "$DSEC_SRCDIR/man/$prog.1")
+    comp=$(completion_options "$DSEC_SRCDIR/completions/bash/$prog")
+    [ -n "$help" ] || { echo "$prog: no options found in --help" >&2; false; }
+    same_set "$prog" --help "$help" "man OPTIONS" "$man"
+    same_set "$prog" --help "$help" completion "$comp"
+  done
+}
+
+@test "each completion offers every option of --help" {
+  local prog help offered
+  prog=dsec-pull
+  help=$(help_options "$prog")
+  offered=$(complete_line "$prog --" | LC_ALL=C sort -u)
+  same_set "$prog" --help "$help" "completion of '$prog --'" "$offered"
+
+  prog=dsec-layer
+  offered=$(for cmd in "" $(help_commands "$prog"); do
+    complete_line "$prog $cmd${cmd:+ }--"
+  done | LC_ALL=C sort -u)
+  help=$(help_options "$prog")
+  same_set "$prog" --help "$help" "completion of '$prog CMD --'" "$offered"
+}
+
+@test "man pages list their options in alphabetical order" {
+  local prog order
+  for prog in "${PROGS[@]}"; do
+    order=$(man_options_in_order "$DSEC_SRCDIR/man/$prog.1")
+    same_set "$prog" "man OPTIONS order" "$order" sorted \
+      "$(echo "$order" | LC_ALL=C sort)"
+  done
+}
+
+@test "man pages have the sections the style guide asks for" {
+  local prog page s
+  for prog in "${PROGS[@]}"; do
+    page=$DSEC_SRCDIR/man/$prog.1
+    for s in NAME SYNOPSIS DESCRIPTION OPTIONS INPUT OUTPUT "EXIT STATUS" \
+      EXAMPLES "SEE ALSO"; do
+      grep -qE "^\.SH \"?$s\"?\$" "$page" ||
+        { echo "$page: no $s section" >&2; false; }
+      [ -n "$(man_section "$page" "$s")" ] ||
+        { echo "$page: empty $s section" >&2; false; }
+    done
+  done
+  grep -qE '^\.SH "?COMMANDS"?$' "$DSEC_SRCDIR/man/dsec-layer.1"
+}
+
+@test "man pages list every exit status" {
+  local prog tags code
+  for prog in "${PROGS[@]}"; do
+    tags=$(man_tags "$DSEC_SRCDIR/man/$prog.1" "EXIT STATUS" |
+      sed 's/^\.[A-Z]* //')
+    for code in 0 1 2 3; do
+      grep -qx "$code" <<<"$tags" ||
+        { echo "$prog.1: exit status $code not listed" >&2; false; }
+    done
+  done
+}
+
+@test "dsec-layer: every command of --help is in the man page and the completion" {
+  local help man comp
+  help=$(help_commands dsec-layer)
+  man=$(man_commands "$DSEC_SRCDIR/man/dsec-layer.1")
+  comp=$(complete_line "dsec-layer " | LC_ALL=C sort -u)
+  [ -n "$help" ]
+  same_set dsec-layer "--help commands" "$help" "man COMMANDS" "$man"
+  same_set dsec-layer "--help commands" "$help" "completed commands" "$comp"
+}
+
+@test "dsec-layer: the completion offers each option for its commands only" {
+  local line opt cmds cmd offered
+  # "      --dir=DIR          (create) the layer's content"
+  while IFS= read -r line; do
+    opt=$(grep -oE -- '--[a-z][a-z-]*' <<<"$line" | head -n1)
+    cmds=$(sed -n 's/.*--[a-z-]*[^ ]* *(\([a-z, ]*\)).*/\1/p' <<<"$line" |
+      tr -d ,)
+    for cmd in $(help_commands dsec-layer); do
+      offered=$(complete_line "dsec-layer $cmd --")
+      if [ -z "$cmds" ] || [[ " $cmds " == *" $cmd "* ]]; then
+        grep -qx -- "$opt" <<<"$offered" ||
+          { echo "$opt not offered after '$cmd'" >&2; false; }
+      else
+        ! grep -qx -- "$opt" <<<"$offered" ||
+          { echo "$opt offered after '$cmd' (--help: $cmds)" >&2; false; }
+      fi
+    done
+  done < <(dsec-layer --help | sed -n '/^Options:/,/^$/p' | grep -E '^ +(-[A-Za-z], +)?--')
+}
+
+@test "the completions parse" {
+  local prog
+  for prog in "${PROGS[@]}"; do
+    run -0 bash -n "$DSEC_SRCDIR/completions/bash/$prog"
+  done
+}
+
+# Each completion file must stand alone (bash-completion loads one per
+# command), so both carry the same helpers; whichever is loaded last wins.
+@test "the completions share the same helper functions" {
+  helpers() {
+    sed -n '/^_dsec_comp_init()/,/^}/p; /^_dsec_comp_reply()/,/^}/p;
+      /^_dsec_comp_paths()/,/^}/p' "$1"
+  }
+  [ -n "$(helpers "$DSEC_SRCDIR/completions/bash/dsec-pull")" ]
+  diff <(helpers "$DSEC_SRCDIR/completions/bash/dsec-pull") \
+    <(helpers "$DSEC_SRCDIR/completions/bash/dsec-layer")
+}
