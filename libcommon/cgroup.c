@@ -1,0 +1,364 @@
+#include <config.h>
+
+#include "cgroup.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <linux/magic.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/statfs.h>
+#include <unistd.h>
+
+#include "fsutil.h"
+#include "log.h"
+
+#define CG_ROOT "/sys/fs/cgroup"
+
+static const char *const ctrl_names[DSEC_CG_N] = {
+  [DSEC_CG_MEMORY] = "memory",
+  [DSEC_CG_PIDS] = "pids",
+  [DSEC_CG_CPU] = "cpu",
+  [DSEC_CG_FREEZER] = "freezer",
+};
+
+static bool is_fs(const char *path, long magic)
+{
+  struct statfs s;
+  return statfs(path, &s) == 0 && (long) s.f_type == magic;
+}
+
+/* The cgroup2 mount: /sys/fs/cgroup itself, or /sys/fs/cgroup/unified
+ * in a hybrid layout. */
+static const char *unified_root(void)
+{
+  if (is_fs(CG_ROOT, CGROUP2_SUPER_MAGIC))
+    return CG_ROOT;
+  if (is_fs(CG_ROOT "/unified", CGROUP2_SUPER_MAGIC))
+    return CG_ROOT "/unified";
+  return NULL;
+}
+
+static bool v2_has(const char *root, const char *ctrl)
+{
+  _cleanup_free_ char *path = xasprintf("%s/cgroup.controllers", root);
+  _cleanup_free_ char *buf = dsec_read_file_at(AT_FDCWD, path, 4096, NULL, NULL);
+  char *save = NULL;
+
+  if (!buf)
+    return false;
+  if (strcmp(ctrl, "freezer") == 0) {
+    /* v2's freezer is cgroup.freeze, present in every non-root cgroup */
+    _cleanup_free_ char *p = xasprintf("%s/cgroup.subtree_control", root);
+    return access(p, F_OK) == 0 && v2_has(root, "memory");
+  }
+  for (char *t = strtok_r(buf, " \n", &save); t; t = strtok_r(NULL, " \n", &save))
+    if (strcmp(t, ctrl) == 0)
+      return true;
+  return false;
+}
+
+static int write_str(const char *dir, const char *file, const char *value,
+                     struct dsec_error **err)
+{
+  _cleanup_free_ char *path = xasprintf("%s/%s", dir, file);
+  _cleanup_close_ int fd = open(path, O_WRONLY | O_CLOEXEC);
+  if (fd < 0)
+    return dsec_fail(err, errno, "cannot open %s", path);
+  if (write(fd, value, strlen(value)) < 0)
+    return dsec_fail(err, errno, "cannot write `%s` to %s", value, path);
+  return 0;
+}
+
+static int64_t read_key(const char *dir, const char *file, const char *key)
+{
+  _cleanup_free_ char *path = xasprintf("%s/%s", dir, file);
+  _cleanup_free_ char *buf = dsec_read_file_at(AT_FDCWD, path, 1 << 16, NULL,
+                                               NULL);
+  size_t klen = key ? strlen(key) : 0;
+
+  if (!buf)
+    return -1;
+  if (!key)
+    return strtoll(buf, NULL, 10);
+  for (char *line = buf; line && *line;) {
+    char *nl = strchr(line, '\n');
+    if (nl)
+      *nl = '\0';
+    if (strncmp(line, key, klen) == 0 && line[klen] == ' ')
+      return strtoll(line + klen + 1, NULL, 10);
+    line = nl ? nl + 1 : NULL;
+  }
+  return -1;
+}
+
+/* v2: the parent "dsec" cgroup passes the controllers down. */
+static int v2_enable(const char *root, struct dsec_error **err)
+{
+  static const char *const want[] = { "memory", "pids", "cpu" };
+  _cleanup_free_ char *parent = xasprintf("%s/dsec", root);
+  const char *levels[] = { root, parent };
+
+  if (mkdir(parent, 0755) < 0 && errno != EEXIST)
+    return dsec_fail(err, errno, "cannot create %s", parent);
+  for (size_t l = 0; l < ARRAY_SIZE(levels); l++)
+    for (size_t i = 0; i < ARRAY_SIZE(want); i++) {
+      _cleanup_free_ char *v = xasprintf("+%s", want[i]);
+      _cleanup_error_ struct dsec_error *e = NULL;
+      if (v2_has(levels[l], want[i]))
+        write_str(levels[l], "cgroup.subtree_control", v, &e);
+    }
+  return 0;
+}
+
+int dsec_cgroup_create(const char *id, json_t *resources,
+                       struct dsec_cgroup **out, struct dsec_error **err)
+{
+  struct dsec_cgroup *cg = xzalloc(sizeof *cg);
+  const char *uni = unified_root();
+  bool v2_ready = false;
+  json_t *v;
+
+  for (int c = 0; c < DSEC_CG_N; c++) {
+    _cleanup_free_ char *v1 = xasprintf(CG_ROOT "/%s", ctrl_names[c]);
+    const char *root = NULL;
+
+    if (uni && v2_has(uni, ctrl_names[c])) {
+      if (!v2_ready && v2_enable(uni, err) < 0)
+        goto fail;
+      v2_ready = true;
+      root = uni;
+      cg->v2[c] = true;
+    } else if (is_fs(v1, CGROUP_SUPER_MAGIC))
+      root = v1;
+    else
+      continue;
+    {
+      _cleanup_free_ char *parent = xasprintf("%s/dsec", root);
+      if (mkdir(parent, 0755) < 0 && errno != EEXIST) {
+        if (errno == EACCES || errno == EPERM || errno == EROFS) {
+          free(cg->unavailable);
+          cg->unavailable = xasprintf("no writable cgroup for %s (%s)",
+                                      ctrl_names[c], strerror(errno));
+          continue;
+        }
+        dsec_fail(err, errno, "cannot create %s", parent);
+        goto fail;
+      }
+    }
+    /* controllers sharing one v2 directory share the path */
+    cg->path[c] = xasprintf("%s/dsec/%s", root, id);
+    if (mkdir(cg->path[c], 0755) < 0 && errno != EEXIST) {
+      dsec_fail(err, errno, "cannot create %s", cg->path[c]);
+      goto fail;
+    }
+  }
+
+  /* limits */
+  if ((v = json_object_get(resources, "memory_mb")) && cg->path[DSEC_CG_MEMORY]) {
+    char *n = xasprintf("%lld", (long long) json_integer_value(v) << 20);
+    int r;
+    if (cg->v2[DSEC_CG_MEMORY]) {
+      _cleanup_error_ struct dsec_error *e = NULL;
+      r = write_str(cg->path[DSEC_CG_MEMORY], "memory.max", n, err);
+      write_str(cg->path[DSEC_CG_MEMORY], "memory.swap.max", "0", &e);
+    } else {
+      _cleanup_error_ struct dsec_error *e = NULL;
+      r = write_str(cg->path[DSEC_CG_MEMORY], "memory.limit_in_bytes", n, err);
+      /* no swap beyond the limit, where swap accounting exists */
+      write_str(cg->path[DSEC_CG_MEMORY], "memory.memsw.limit_in_bytes", n, &e);
+    }
+    free(n);
+    if (r < 0)
+      goto fail;
+  }
+  if ((v = json_object_get(resources, "pids")) && cg->path[DSEC_CG_PIDS]) {
+    _cleanup_free_ char *n = xasprintf("%lld", (long long) json_integer_value(v));
+    if (write_str(cg->path[DSEC_CG_PIDS], "pids.max", n, err) < 0)
+      goto fail;
+  }
+  if (cg->path[DSEC_CG_CPU]) {
+    const char *class = json_string_value(json_object_get(resources, "class"));
+    bool best = class && strcmp(class, "besteffort") == 0;
+    int r;
+    v = json_object_get(resources, "cpus");
+    if (cg->v2[DSEC_CG_CPU]) {
+      r = write_str(cg->path[DSEC_CG_CPU], "cpu.weight", best ? "25" : "100",
+                    err);
+      if (r == 0 && v) {
+        _cleanup_free_ char *q = xasprintf(
+          "%lld 100000", (long long) (json_number_value(v) * 100000));
+        r = write_str(cg->path[DSEC_CG_CPU], "cpu.max", q, err);
+      }
+    } else {
+      r = write_str(cg->path[DSEC_CG_CPU], "cpu.shares", best ? "256" : "1024",
+                    err);
+      if (r == 0 && v) {
+        _cleanup_free_ char *q = xasprintf(
+          "%lld", (long long) (json_number_value(v) * 100000));
+        r = write_str(cg->path[DSEC_CG_CPU], "cpu.cfs_period_us", "100000",
+                      err);
+        if (r == 0)
+          r = write_str(cg->path[DSEC_CG_CPU], "cpu.cfs_quota_us", q, err);
+      }
+    }
+    if (r < 0)
+      goto fail;
+  }
+  *out = cg;
+  return 0;
+fail:
+  dsec_error_wrap(err, "cgroup");
+  dsec_cgroup_destroy(cg, NULL);
+  dsec_cgroup_free(cg);
+  return -1;
+}
+
+int dsec_cgroup_attach(struct dsec_cgroup *cg, pid_t pid,
+                       struct dsec_error **err)
+{
+  char buf[32];
+  snprintf(buf, sizeof buf, "%d", (int) pid);
+  for (int c = 0; c < DSEC_CG_N; c++) {
+    bool dup = false;
+    if (!cg->path[c])
+      continue;
+    for (int k = 0; k < c; k++)
+      dup |= cg->path[k] && strcmp(cg->path[k], cg->path[c]) == 0;
+    if (!dup && write_str(cg->path[c], "cgroup.procs", buf, err) < 0)
+      return -1;
+  }
+  return 0;
+}
+
+int64_t dsec_cgroup_oom_kills(struct dsec_cgroup *cg)
+{
+  const char *p = cg->path[DSEC_CG_MEMORY];
+  if (!p)
+    return -1;
+  return cg->v2[DSEC_CG_MEMORY] ? read_key(p, "memory.events", "oom_kill")
+                                : read_key(p, "memory.oom_control", "oom_kill");
+}
+
+int64_t dsec_cgroup_memory_current(struct dsec_cgroup *cg)
+{
+  const char *p = cg->path[DSEC_CG_MEMORY];
+  if (!p)
+    return -1;
+  return cg->v2[DSEC_CG_MEMORY] ? read_key(p, "memory.current", NULL)
+                                : read_key(p, "memory.usage_in_bytes", NULL);
+}
+
+int dsec_cgroup_freeze(struct dsec_cgroup *cg, bool frozen,
+                       struct dsec_error **err)
+{
+  const char *p = cg->path[DSEC_CG_FREEZER];
+  if (!p)
+    return dsec_fail(err, ENOTSUP, "no freezer cgroup on this machine");
+  if (cg->v2[DSEC_CG_FREEZER])
+    return write_str(p, "cgroup.freeze", frozen ? "1" : "0", err);
+  return write_str(p, "freezer.state", frozen ? "FROZEN" : "THAWED", err);
+}
+
+static bool kill_procs(const char *dir)
+{
+  _cleanup_free_ char *path = xasprintf("%s/cgroup.procs", dir);
+  _cleanup_free_ char *buf = dsec_read_file_at(AT_FDCWD, path, 1 << 22, NULL,
+                                               NULL);
+  bool any = false;
+  char *save = NULL;
+
+  if (!buf)
+    return false;
+  for (char *t = strtok_r(buf, "\n", &save); t; t = strtok_r(NULL, "\n", &save)) {
+    pid_t pid = (pid_t) strtol(t, NULL, 10);
+    if (pid > 0 && kill(pid, SIGKILL) == 0)
+      any = true;
+  }
+  return any;
+}
+
+void dsec_cgroup_kill_all(struct dsec_cgroup *cg)
+{
+  for (int c = 0; c < DSEC_CG_N; c++) {
+    if (!cg->path[c])
+      continue;
+    if (cg->v2[c]) {
+      _cleanup_error_ struct dsec_error *e = NULL;
+      if (write_str(cg->path[c], "cgroup.kill", "1", &e) == 0)
+        continue;
+    }
+    /* a frozen v1 cgroup must be thawed for SIGKILL to be delivered */
+    if (c == DSEC_CG_FREEZER && !cg->v2[c]) {
+      _cleanup_error_ struct dsec_error *e = NULL;
+      write_str(cg->path[c], "freezer.state", "THAWED", &e);
+    }
+    for (int tries = 0; tries < 100 && kill_procs(cg->path[c]); tries++)
+      usleep(1000);
+  }
+}
+
+int dsec_cgroup_destroy(struct dsec_cgroup *cg, struct dsec_error **err)
+{
+  int ret = 0;
+  if (!cg)
+    return 0;
+  dsec_cgroup_kill_all(cg);
+  for (int c = 0; c < DSEC_CG_N; c++) {
+    if (!cg->path[c])
+      continue;
+    for (int tries = 0;; tries++) {
+      if (rmdir(cg->path[c]) == 0 || errno == ENOENT)
+        break;
+      if (errno != EBUSY || tries > 200) {
+        ret = dsec_fail(err, errno, "cannot remove %s", cg->path[c]);
+        break;
+      }
+      /* processes take a moment to leave after SIGKILL */
+      kill_procs(cg->path[c]);
+      usleep(2000);
+    }
+  }
+  return ret;
+}
+
+void dsec_cgroup_free(struct dsec_cgroup *cg)
+{
+  if (!cg)
+    return;
+  for (int c = 0; c < DSEC_CG_N; c++)
+    free(cg->path[c]);
+  free(cg->unavailable);
+  free(cg);
+}
+
+json_t *dsec_cgroup_to_json(struct dsec_cgroup *cg)
+{
+  json_t *j = json_object();
+  for (int c = 0; c < DSEC_CG_N; c++)
+    if (cg->path[c])
+      json_object_set_new(j, ctrl_names[c],
+                          json_pack("{s:s, s:i}", "path", cg->path[c],
+                                    "version", cg->v2[c] ? 2 : 1));
+  if (cg->unavailable)
+    json_object_set_new(j, "unavailable", json_string(cg->unavailable));
+  return j;
+}
+
+struct dsec_cgroup *dsec_cgroup_from_json(json_t *j)
+{
+  struct dsec_cgroup *cg = xzalloc(sizeof *cg);
+  for (int c = 0; c < DSEC_CG_N; c++) {
+    json_t *e = json_object_get(j, ctrl_names[c]);
+    const char *p = json_string_value(json_object_get(e, "path"));
+    /* only our own directories: never rmdir anything else */
+    if (p && strstr(p, "/dsec/sb-") && dsec_str_has_prefix(p, CG_ROOT "/")) {
+      cg->path[c] = xstrdup(p);
+      cg->v2[c] = json_integer_value(json_object_get(e, "version")) == 2;
+    }
+  }
+  return cg;
+}

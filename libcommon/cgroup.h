@@ -1,0 +1,50 @@
+/* Per-sandbox cgroups on cgroup v2, v1, or a hybrid of both: each
+ * controller is used where the kernel gives it (v2 when the unified tree
+ * has it, else its v1 hierarchy).  A sandbox's cgroups are
+ * <hierarchy>/dsec/<id>; their paths are kept in the sandbox's state so
+ * that `rm` can remove them after a supervisor died. */
+#ifndef DSEC_CGROUP_H
+#define DSEC_CGROUP_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "json.h"
+
+enum dsec_cg_ctrl {
+  DSEC_CG_MEMORY,
+  DSEC_CG_PIDS,
+  DSEC_CG_CPU,
+  DSEC_CG_FREEZER,
+  DSEC_CG_N,
+};
+
+struct dsec_cgroup {
+  char *path[DSEC_CG_N]; /* directory per controller, NULL if unavailable */
+  bool v2[DSEC_CG_N];
+  char *unavailable;     /* why limits are missing (rootless), or NULL */
+};
+
+/* Creates the cgroups and applies resources (the spec's object). */
+int dsec_cgroup_create(const char *id, json_t *resources,
+                       struct dsec_cgroup **out, struct dsec_error **err);
+int dsec_cgroup_attach(struct dsec_cgroup *cg, pid_t pid,
+                       struct dsec_error **err);
+/* OOM kills so far in the memory cgroup (-1 if unknown). */
+int64_t dsec_cgroup_oom_kills(struct dsec_cgroup *cg);
+/* Bytes of memory charged to the sandbox (-1 if unknown). */
+int64_t dsec_cgroup_memory_current(struct dsec_cgroup *cg);
+int dsec_cgroup_freeze(struct dsec_cgroup *cg, bool frozen,
+                       struct dsec_error **err);
+/* Kills every process in the sandbox's cgroups (SIGKILL until empty). */
+void dsec_cgroup_kill_all(struct dsec_cgroup *cg);
+/* Removes the directories (killing what is left); missing ones are fine. */
+int dsec_cgroup_destroy(struct dsec_cgroup *cg, struct dsec_error **err);
+void dsec_cgroup_free(struct dsec_cgroup *cg);
+
+/* {"memory":{"path":..,"version":1},...} and back (new/owned). */
+json_t *dsec_cgroup_to_json(struct dsec_cgroup *cg);
+struct dsec_cgroup *dsec_cgroup_from_json(json_t *j);
+
+#endif

@@ -1,0 +1,1874 @@
+/* The container backend.
+ *
+ * dsec-run create forks the supervisor, which:
+ *   1. moves into a mount namespace of its own (nothing it mounts is seen
+ *      by the host, and everything goes when it exits);
+ *   2. creates the cgroups and applies the limits;
+ *   3. clones "stage1" into a new user namespace and maps its root to an
+ *      unprivileged host range;
+ *   4. mounts each layer idmapped to that user namespace (open_tree +
+ *      mount_setattr), stacks them with the sandbox's upper dir in an
+ *      overlay, and attaches the spec's bind mounts on top, all in its own
+ *      mount namespace;
+ *   5. lets stage1 go: stage1 joins the cgroups, unshares mount, pid, net,
+ *      ipc, uts, cgroup and time namespaces and clones init as a sibling
+ *      (CLONE_PARENT), so the supervisor is init's parent;
+ *   6. init mounts /proc, /dev, /sys, masks the dangerous /proc and /sys
+ *      files, pivot_roots, brings up lo, and waits for exec requests;
+ *   7. serves the exec socket until the sandbox ends.
+ *
+ * Each exec is a child of init: a new session, the spec's user, no
+ * capabilities, no_new_privs, the seccomp filter, then execve.  Its output
+ * goes through pipes the supervisor owns, so caps, timeouts and the
+ * trajectory are the supervisor's business, outside the sandbox. */
+#include <config.h>
+
+#include "container.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <grp.h>
+#include <linux/capability.h>
+#include <linux/mount.h>
+#include <math.h>
+#include <net/if.h>
+#include <poll.h>
+#include <sched.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/ioctl.h>
+#include <sys/mount.h>
+#include <sys/prctl.h>
+#include <sys/resource.h>
+#include <sys/signalfd.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/un.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "cgroup.h"
+#include "fsutil.h"
+#include "log.h"
+#include "sandbox.h"
+#include "spec.h"
+#include "store.h"
+#include "sysfilter.h"
+
+#ifndef CLONE_NEWTIME
+#define CLONE_NEWTIME 0x00000080
+#endif
+
+#define IDMAP_DEFAULT_BASE 0x30000000u
+#define IDMAP_COUNT 65536u
+#define MSG_MAX (1u << 20)
+
+/* Messages between the supervisor and init travel on a SOCK_SEQPACKET
+ * pair: one JSON object per message, an exec's three pipe ends attached. */
+
+void dsec_idmap_range(uid_t *base, uid_t *count)
+{
+  /* a subordinate range of "dsec" (or root) in /etc/subuid, else a range
+   * far above ordinary users */
+  static const char *const users[] = { "dsec", "root" };
+  _cleanup_free_ char *buf = dsec_read_file_at(AT_FDCWD, "/etc/subuid",
+                                               1 << 20, NULL, NULL);
+  *base = IDMAP_DEFAULT_BASE;
+  *count = IDMAP_COUNT;
+  for (size_t u = 0; buf && u < ARRAY_SIZE(users); u++) {
+    size_t n = strlen(users[u]);
+    for (char *line = buf; line && *line;) {
+      char *nl = strchr(line, '\n');
+      unsigned long b, c;
+      if (strncmp(line, users[u], n) == 0 && line[n] == ':' &&
+          sscanf(line + n + 1, "%lu:%lu", &b, &c) == 2 && c >= IDMAP_COUNT) {
+        *base = (uid_t) b;
+        return;
+      }
+      line = nl ? nl + 1 : NULL;
+    }
+  }
+}
+
+static int write_file(const char *path, const char *s)
+{
+  int fd = open(path, O_WRONLY | O_CLOEXEC);
+  ssize_t n;
+  if (fd < 0)
+    return -1;
+  n = write(fd, s, strlen(s));
+  close(fd);
+  return n == (ssize_t) strlen(s) ? 0 : -1;
+}
+
+/* Sending and receiving messages, with up to 3 descriptors. */
+static int msg_send(int sock, json_t *msg, const int *fds, int nfds)
+{
+  _cleanup_free_ char *text = json_dumps(msg, JSON_COMPACT);
+  struct iovec iov = { text, text ? strlen(text) : 0 };
+  union {
+    char buf[CMSG_SPACE(3 * sizeof(int))];
+    struct cmsghdr align;
+  } u;
+  struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1 };
+
+  if (!text)
+    return -1;
+  if (nfds > 0) {
+    struct cmsghdr *c;
+    memset(&u, 0, sizeof u);
+    mh.msg_control = u.buf;
+    mh.msg_controllen = CMSG_SPACE(sizeof(int) * (size_t) nfds);
+    c = CMSG_FIRSTHDR(&mh);
+    c->cmsg_level = SOL_SOCKET;
+    c->cmsg_type = SCM_RIGHTS;
+    c->cmsg_len = CMSG_LEN(sizeof(int) * (size_t) nfds);
+    memcpy(CMSG_DATA(c), fds, sizeof(int) * (size_t) nfds);
+  }
+  while (sendmsg(sock, &mh, MSG_NOSIGNAL) < 0)
+    if (errno != EINTR)
+      return -1;
+  return 0;
+}
+
+/* Returns the message (new ref) and its descriptors; NULL on EOF/error. */
+static json_t *msg_recv(int sock, char *buf, size_t cap, int *fds, int *nfds)
+{
+  union {
+    char b[CMSG_SPACE(3 * sizeof(int))];
+    struct cmsghdr align;
+  } u;
+  struct iovec iov = { buf, cap - 1 };
+  struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1,
+                       .msg_control = u.b, .msg_controllen = sizeof u.b };
+  ssize_t n;
+
+  *nfds = 0;
+  do
+    n = recvmsg(sock, &mh, MSG_CMSG_CLOEXEC);
+  while (n < 0 && errno == EINTR);
+  if (n <= 0)
+    return NULL;
+  for (struct cmsghdr *c = CMSG_FIRSTHDR(&mh); c; c = CMSG_NXTHDR(&mh, c))
+    if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS) {
+      int k = (int) ((c->cmsg_len - CMSG_LEN(0)) / sizeof(int));
+      if (k > 3)
+        k = 3;
+      memcpy(fds, CMSG_DATA(c), sizeof(int) * (size_t) k);
+      *nfds = k;
+    }
+  buf[n] = '\0';
+  return json_loadb(buf, (size_t) n, 0, NULL);
+}
+
+/* ---------------------------------------------------------------- init */
+
+struct init_ctx {
+  int sock;
+  bool fncall;
+  struct dsec_bpf filter;
+  int last_cap;
+  char *tmp_size; /* tmpfs size option for fncall's /tmp and workdir */
+};
+
+/* Paths masked in /proc and /sys: files get /dev/null, directories an
+ * empty read-only tmpfs.  kpage* let a reader walk physical memory state
+ * (a host crash was seen through kpagecgroup); kcore and keys leak the
+ * host; sysrq-trigger acts on it. */
+static const char *const masked_paths[] = {
+  "/proc/kcore",         "/proc/kpagecgroup",  "/proc/kpageflags",
+  "/proc/kpagecount",    "/proc/kmsg",         "/proc/keys",
+  "/proc/key-users",     "/proc/timer_list",   "/proc/sched_debug",
+  "/proc/latency_stats", "/proc/sysrq-trigger", "/proc/acpi",
+  "/proc/scsi",          "/proc/asound",       "/proc/interrupts",
+  "/proc/kallsyms",      "/proc/modules",      "/proc/slabinfo",
+  "/proc/pagetypeinfo",  "/proc/vmallocinfo",  "/proc/buddyinfo",
+  "/proc/zoneinfo",      "/proc/iomem",        "/proc/ioports",
+  "/proc/mtrr",          "/proc/config.gz",    "/proc/bootconfig",
+  "/sys/firmware",       "/sys/kernel/debug",  "/sys/kernel/tracing",
+  "/sys/kernel/security", "/sys/fs/bpf",       "/sys/devices/virtual/powercap",
+  "/proc/sys/kernel/core_pattern", NULL,
+};
+
+/* Kept readable but read-only. */
+static const char *const readonly_paths[] = {
+  "/proc/sys", "/proc/irq", "/proc/bus", "/proc/fs", NULL,
+};
+
+static void die_init(int sock, const char *fmt, ...) _printf_(2, 3);
+static void die_init(int sock, const char *fmt, ...)
+{
+  int e = errno;
+  char what[4096];
+  va_list ap;
+  json_t *m;
+
+  va_start(ap, fmt);
+  vsnprintf(what, sizeof what, fmt, ap);
+  va_end(ap);
+  m = json_pack("{s:s, s:s, s:i}", "op", "failed", "msg", what, "errno", e);
+  msg_send(sock, m, NULL, 0);
+  json_decref(m);
+  _exit(1);
+}
+
+static void mask_path(const char *root, const char *p)
+{
+  char path[4096];
+  struct stat st;
+
+  snprintf(path, sizeof path, "%s%s", root, p);
+  if (lstat(path, &st) < 0)
+    return;
+  if (S_ISDIR(st.st_mode))
+    mount("tmpfs", path, "tmpfs", MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC,
+          "size=0,mode=555");
+  else
+    mount("/dev/null", path, NULL, MS_BIND, NULL);
+}
+
+static void bind_readonly(const char *root, const char *p)
+{
+  char path[4096];
+  snprintf(path, sizeof path, "%s%s", root, p);
+  if (mount(path, path, NULL, MS_BIND | MS_REC, NULL) == 0)
+    mount(NULL, path, NULL, MS_BIND | MS_REMOUNT | MS_RDONLY | MS_NOSUID |
+                              MS_NODEV | MS_NOEXEC, NULL);
+}
+
+static int mkdirs(const char *path, mode_t mode)
+{
+  _cleanup_error_ struct dsec_error *e = NULL;
+  return dsec_mkdir_p(AT_FDCWD, path, mode, &e);
+}
+
+static void setup_dev(const char *root, int sock)
+{
+  static const char *const nodes[] = { "null", "zero", "full", "random",
+                                       "urandom", "tty" };
+  char path[4096];
+
+  snprintf(path, sizeof path, "%s/dev", root);
+  mkdirs(path, 0755);
+  if (mount("tmpfs", path, "tmpfs", MS_NOSUID | MS_NOEXEC,
+            "mode=755,size=65536") < 0)
+    die_init(sock, "cannot mount /dev");
+  for (size_t i = 0; i < ARRAY_SIZE(nodes); i++) {
+    char host[64];
+    int fd;
+    snprintf(path, sizeof path, "%s/dev/%s", root, nodes[i]);
+    snprintf(host, sizeof host, "/dev/%s", nodes[i]);
+    fd = open(path, O_CREAT | O_WRONLY | O_CLOEXEC, 0666);
+    if (fd >= 0)
+      close(fd);
+    if (mount(host, path, NULL, MS_BIND, NULL) < 0)
+      die_init(sock, "cannot bind %s on %s", host, path);
+  }
+  snprintf(path, sizeof path, "%s/dev/pts", root);
+  mkdir(path, 0755);
+  if (mount("devpts", path, "devpts", MS_NOSUID | MS_NOEXEC,
+            "newinstance,ptmxmode=0666,mode=620") == 0) {
+    snprintf(path, sizeof path, "%s/dev/ptmx", root);
+    if (symlink("pts/ptmx", path) < 0)
+      die_init(sock, "cannot create /dev/ptmx");
+  }
+  snprintf(path, sizeof path, "%s/dev/shm", root);
+  mkdir(path, 01777);
+  if (mount("tmpfs", path, "tmpfs", MS_NOSUID | MS_NODEV,
+            "mode=1777,size=67108864") < 0)
+    die_init(sock, "cannot mount /dev/shm");
+  {
+    static const char *const links[][2] = {
+      { "/proc/self/fd", "fd" },     { "/proc/self/fd/0", "stdin" },
+      { "/proc/self/fd/1", "stdout" }, { "/proc/self/fd/2", "stderr" },
+    };
+    for (size_t i = 0; i < ARRAY_SIZE(links); i++) {
+      snprintf(path, sizeof path, "%s/dev/%s", root, links[i][1]);
+      if (symlink(links[i][0], path) < 0)
+        die_init(sock, "cannot populate /dev");
+    }
+  }
+  snprintf(path, sizeof path, "%s/dev", root);
+  mount(NULL, path, NULL, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID |
+                            MS_NOEXEC, NULL);
+}
+
+static void loopback_up(void)
+{
+  struct ifreq ifr = { 0 };
+  int s = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+  if (s < 0)
+    return;
+  strcpy(ifr.ifr_name, "lo");
+  if (ioctl(s, SIOCGIFFLAGS, &ifr) == 0) {
+    ifr.ifr_flags |= IFF_UP | IFF_RUNNING;
+    ioctl(s, SIOCSIFFLAGS, &ifr);
+  }
+  close(s);
+}
+
+/* init's own setup, in the new namespaces, before pivot_root. */
+static void init_setup(const char *root, struct init_ctx *c, json_t *spec)
+{
+  char path[4096];
+  const char *workdir = json_string_value(json_object_get(spec, "workdir"));
+
+  if (mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) < 0)
+    die_init(c->sock, "cannot make mounts private");
+  /* the mounts we inherited are locked to this namespace; pivot_root needs
+   * a root mount of our own: the root bound onto itself */
+  if (mount(root, root, NULL, MS_BIND | MS_REC, NULL) < 0)
+    die_init(c->sock, "cannot bind the root file system");
+  snprintf(path, sizeof path, "%s/proc", root);
+  mkdirs(path, 0555);
+  if (mount("proc", path, "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, NULL) < 0)
+    die_init(c->sock, "cannot mount /proc");
+  setup_dev(root, c->sock);
+  snprintf(path, sizeof path, "%s/sys", root);
+  mkdirs(path, 0555);
+  if (mount("sysfs", path, "sysfs",
+            MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC, NULL) < 0 &&
+      mount("/sys", path, NULL, MS_BIND | MS_REC | MS_RDONLY, NULL) < 0)
+    die_init(c->sock, "cannot mount /sys");
+  snprintf(path, sizeof path, "%s/tmp", root);
+  mkdirs(path, 01777);
+  if (workdir && strcmp(workdir, "/") != 0) {
+    snprintf(path, sizeof path, "%s%s", root, workdir);
+    mkdirs(path, 0755);
+  }
+  for (const char *const *p = readonly_paths; *p; p++)
+    bind_readonly(root, *p);
+  for (const char *const *p = masked_paths; *p; p++)
+    mask_path(root, *p);
+
+  if (sethostname("dsec", 4) < 0)
+    die_init(c->sock, "cannot set the host name");
+  loopback_up();
+
+  if (chdir(root) < 0 || syscall(SYS_pivot_root, ".", ".") < 0 ||
+      umount2(".", MNT_DETACH) < 0 || chdir("/") < 0)
+    die_init(c->sock, "cannot pivot_root");
+  if (c->fncall) {
+    /* calls share nothing: the root is read-only, each call gets its own
+     * /tmp and work dir */
+    if (mount(NULL, "/", NULL, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID |
+                                 MS_NODEV, NULL) < 0)
+      die_init(c->sock, "cannot make the root read-only");
+  }
+}
+
+static void drop_privileges(struct init_ctx *c, uid_t uid, gid_t gid)
+{
+  struct __user_cap_header_struct h = { _LINUX_CAPABILITY_VERSION_3, 0 };
+  struct __user_cap_data_struct d[2] = { { 0 } };
+
+  for (int cap = 0; cap <= c->last_cap; cap++)
+    prctl(PR_CAPBSET_DROP, cap, 0, 0, 0);
+  prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0);
+  if (setgroups(0, NULL) < 0 || setresgid(gid, gid, gid) < 0 ||
+      setresuid(uid, uid, uid) < 0) {
+    dprintf(STDERR_FILENO, "dsec: cannot switch to user %u:%u: %s\n", uid,
+            gid, strerror(errno));
+    _exit(125);
+  }
+  if (syscall(SYS_capset, &h, d) < 0 ||
+      prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0 ||
+      dsec_seccomp_install(&c->filter) < 0) {
+    dprintf(STDERR_FILENO, "dsec: cannot drop privileges: %s\n",
+            strerror(errno));
+    _exit(125);
+  }
+}
+
+/* fncall: the call gets mount and pid namespaces of its own; the process
+ * that returns from here is PID 1 of the call's pid namespace, so every
+ * process the call leaves behind dies with it. */
+static void fncall_enter(struct init_ctx *c, const char *workdir)
+{
+  pid_t pid;
+  int status;
+
+  if (unshare(CLONE_NEWNS | CLONE_NEWPID) < 0) {
+    dprintf(STDERR_FILENO, "dsec: cannot isolate the call: %s\n",
+            strerror(errno));
+    _exit(125);
+  }
+  pid = fork();
+  if (pid < 0)
+    _exit(125);
+  if (pid > 0) {
+    /* relay the call's status, signal included */
+    while (waitpid(pid, &status, 0) < 0)
+      if (errno != EINTR)
+        _exit(125);
+    if (WIFSIGNALED(status)) {
+      signal(WTERMSIG(status), SIG_DFL);
+      prctl(PR_SET_DUMPABLE, 0);
+      kill(getpid(), WTERMSIG(status));
+      _exit(128 + WTERMSIG(status));
+    }
+    _exit(WEXITSTATUS(status));
+  }
+  if (mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, NULL) < 0 ||
+      mount("tmpfs", "/tmp", "tmpfs", MS_NOSUID | MS_NODEV, c->tmp_size) < 0 ||
+      (strcmp(workdir, "/") != 0 && strcmp(workdir, "/tmp") != 0 &&
+       mount("tmpfs", workdir, "tmpfs", MS_NOSUID | MS_NODEV, c->tmp_size) < 0)) {
+    dprintf(STDERR_FILENO, "dsec: cannot prepare the call: %s\n",
+            strerror(errno));
+    _exit(125);
+  }
+}
+
+static char **json_to_strv(json_t *a)
+{
+  size_t n = json_array_size(a);
+  char **v = xzalloc(sizeof *v * (n + 1));
+  for (size_t i = 0; i < n; i++)
+    v[i] = (char *) json_string_value(json_array_get(a, i));
+  return v;
+}
+
+static void init_exec_child(struct init_ctx *c, json_t *req, int *fds)
+{
+  const char *cwd = json_string_value(json_object_get(req, "cwd"));
+  char **argv = json_to_strv(json_object_get(req, "argv"));
+  char **envp = json_to_strv(json_object_get(req, "env"));
+  uid_t uid = (uid_t) json_integer_value(json_object_get(req, "uid"));
+  gid_t gid = (gid_t) json_integer_value(json_object_get(req, "gid"));
+  sigset_t all;
+
+  sigemptyset(&all);
+  sigprocmask(SIG_SETMASK, &all, NULL);
+  for (int s = 1; s < NSIG; s++)
+    signal(s, SIG_DFL);
+  setsid();
+  if (dup2(fds[0], 0) < 0 || dup2(fds[1], 1) < 0 || dup2(fds[2], 2) < 0)
+    _exit(125);
+  syscall(SYS_close_range, 3U, ~0U, 0U);
+  if (c->fncall)
+    fncall_enter(c, cwd ? cwd : "/");
+  if (cwd && chdir(cwd) < 0) {
+    dprintf(2, "dsec: cannot enter %s: %s\n", cwd, strerror(errno));
+    _exit(126);
+  }
+  drop_privileges(c, uid, gid);
+  environ = envp;
+  execvp(argv[0], argv);
+  dprintf(2, "dsec: %s: %s\n", argv[0], strerror(errno));
+  _exit(errno == ENOENT || errno == ENOTDIR ? 127 : 126);
+}
+
+struct init_job {
+  uint64_t xid;
+  pid_t pid;
+};
+
+_Noreturn static void init_loop(struct init_ctx *c)
+{
+  struct init_job *jobs = NULL;
+  size_t njobs = 0;
+  char *buf = xmalloc(MSG_MAX);
+  sigset_t mask;
+  int sfd;
+  struct pollfd pf[2];
+
+  sigemptyset(&mask);
+  sigaddset(&mask, SIGCHLD);
+  sigprocmask(SIG_BLOCK, &mask, NULL);
+  sfd = signalfd(-1, &mask, SFD_CLOEXEC | SFD_NONBLOCK);
+  pf[0] = (struct pollfd){ c->sock, POLLIN, 0 };
+  pf[1] = (struct pollfd){ sfd, POLLIN, 0 };
+
+  for (;;) {
+    if (poll(pf, 2, -1) < 0) {
+      if (errno == EINTR)
+        continue;
+      _exit(1);
+    }
+    if (pf[1].revents) {
+      struct signalfd_siginfo si;
+      while (read(sfd, &si, sizeof si) > 0)
+        ;
+      for (;;) {
+        int status;
+        pid_t pid = waitpid(-1, &status, WNOHANG);
+        if (pid <= 0)
+          break;
+        for (size_t i = 0; i < njobs; i++)
+          if (jobs[i].pid == pid) {
+            json_t *m = json_pack("{s:s, s:I, s:i}", "op", "exited", "xid",
+                                  (json_int_t) jobs[i].xid, "status", status);
+            msg_send(c->sock, m, NULL, 0);
+            json_decref(m);
+            jobs[i] = jobs[--njobs];
+            break;
+          }
+        /* anything else is an orphan reparented to us: reaped */
+      }
+    }
+    if (pf[0].revents) {
+      int fds[3], nfds;
+      json_t *req = msg_recv(c->sock, buf, MSG_MAX, fds, &nfds);
+      const char *op;
+      if (!req)
+        _exit(0); /* the supervisor is gone: so are we, and the sandbox */
+      op = json_string_value(json_object_get(req, "op"));
+      if (op && strcmp(op, "exec") == 0 && nfds == 3) {
+        uint64_t xid = (uint64_t) json_integer_value(json_object_get(req, "xid"));
+        pid_t pid = fork();
+        if (pid == 0)
+          init_exec_child(c, req, fds);
+        if (pid < 0) {
+          json_t *m = json_pack("{s:s, s:I, s:s, s:i}", "op", "error", "xid",
+                                (json_int_t) xid, "msg", "fork failed",
+                                "errno", errno);
+          msg_send(c->sock, m, NULL, 0);
+          json_decref(m);
+        } else {
+          jobs = xrealloc(jobs, sizeof *jobs * (njobs + 1));
+          jobs[njobs++] = (struct init_job){ xid, pid };
+        }
+      } else if (op && strcmp(op, "kill") == 0) {
+        uint64_t xid = (uint64_t) json_integer_value(json_object_get(req, "xid"));
+        int sig = (int) json_integer_value(json_object_get(req, "signal"));
+        if (json_object_get(req, "xid")) {
+          for (size_t i = 0; i < njobs; i++)
+            if (jobs[i].xid == xid)
+              kill(-jobs[i].pid, sig);
+        } else
+          kill(-1, sig); /* every process of the sandbox but init */
+      }
+      for (int i = 0; i < nfds; i++)
+        close(fds[i]);
+      json_decref(req);
+    }
+  }
+}
+
+struct stage1_args {
+  int sync_fd;   /* reads "go" from the supervisor */
+  int sock;      /* init's end of the control socket */
+  const char *root;
+  json_t *spec;
+  bool fncall;
+};
+
+_Noreturn static void run_init(struct stage1_args *a)
+{
+  struct init_ctx c = { .sock = a->sock, .fncall = a->fncall };
+  _cleanup_error_ struct dsec_error *err = NULL;
+  json_t *ready;
+  FILE *f;
+
+  prctl(PR_SET_PDEATHSIG, SIGKILL);
+  prctl(PR_SET_NAME, "dsec-init");
+  /* keep only the control socket (as fd 3) and /dev/null on 0-2 */
+  {
+    int null = open("/dev/null", O_RDWR | O_CLOEXEC);
+    if (null < 0 || dup2(a->sock, 3) < 0 || dup2(null, 0) < 0 ||
+        dup2(null, 1) < 0 || dup2(null, 2) < 0)
+      _exit(1);
+    c.sock = 3;
+    syscall(SYS_close_range, 4U, ~0U, 0U);
+  }
+  c.last_cap = CAP_LAST_CAP;
+  f = fopen("/proc/sys/kernel/cap_last_cap", "re");
+  if (f) {
+    if (fscanf(f, "%d", &c.last_cap) != 1)
+      c.last_cap = CAP_LAST_CAP;
+    fclose(f);
+  }
+  c.tmp_size = xstrdup("mode=1777,size=268435456");
+  if (dsec_seccomp_build(&c.filter, &err) < 0)
+    die_init(c.sock, "%s", err->msg);
+  init_setup(a->root, &c, a->spec);
+  /* nothing in the sandbox may read init's memory or attach to it */
+  prctl(PR_SET_DUMPABLE, 0);
+  ready = json_pack("{s:s}", "op", "ready");
+  msg_send(c.sock, ready, NULL, 0);
+  json_decref(ready);
+  json_decref(a->spec);
+  init_loop(&c);
+}
+
+/* stage1: in the new user namespace; waits for the supervisor's mounts,
+ * then creates the remaining namespaces and init. */
+_Noreturn static void stage1(struct stage1_args *a)
+{
+  char go;
+  pid_t pid;
+  int flags = CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWNET | CLONE_NEWIPC |
+              CLONE_NEWUTS | CLONE_NEWCGROUP;
+
+  prctl(PR_SET_PDEATHSIG, SIGKILL);
+  if (read(a->sync_fd, &go, 1) != 1 || go != 'g')
+    _exit(1);
+  /* we came in as the host's root, which this namespace does not map:
+   * become its root, so what we create is owned by a mapped user */
+  if (setresgid(0, 0, 0) < 0 || setgroups(0, NULL) < 0 ||
+      setresuid(0, 0, 0) < 0)
+    die_init(a->sock, "cannot become root in the user namespace");
+  if (unshare(flags) < 0)
+    die_init(a->sock, "cannot create namespaces");
+  /* a time namespace where the kernel has them */
+  unshare(CLONE_NEWTIME);
+  pid = (pid_t) syscall(SYS_clone, CLONE_PARENT | SIGCHLD, NULL, NULL, NULL, 0);
+  if (pid < 0)
+    die_init(a->sock, "cannot start init");
+  if (pid == 0)
+    run_init(a);
+  _exit(0);
+}
+
+/* ---------------------------------------------------------- supervisor */
+
+enum watch_kind {
+  W_LISTEN,
+  W_SIGNAL,
+  W_INIT,
+  W_CLIENT,
+  W_OUT,
+  W_ERR,
+  W_IN,
+};
+
+struct watch {
+  enum watch_kind kind;
+  void *p;
+};
+
+struct capture {
+  char *data;
+  size_t len;
+  uint64_t total;
+  int fd;
+  struct watch w;
+};
+
+struct client;
+
+struct job {
+  uint64_t xid;
+  struct client *cl;
+  json_t *req;      /* the request as recorded in the trajectory */
+  json_t *seq;      /* borrowed from req, or NULL */
+  struct capture out, err;
+  uint64_t cap;
+  int in_fd;
+  struct watch w_in;
+  char *stdin_data;
+  size_t stdin_len, stdin_off;
+  double start, deadline;
+  int64_t oom_before;
+  bool timed_out, exited, kill_sent;
+  int status;
+  char *error;
+};
+
+struct client {
+  int fd;
+  struct watch w;
+  char *in;
+  size_t len, cap;
+  struct job *job;
+  bool eof;
+};
+
+struct sup {
+  const char *id;
+  char *dir, *run;
+  json_t *spec;
+  json_t *state;
+  int epfd, sfd, lsock, isock, traj_fd, events_fd, run_fd;
+  pid_t init_pid, stage1_pid;
+  struct dsec_cgroup *cg;
+  struct client **clients;
+  size_t nclients;
+  struct job **jobs;
+  size_t njobs;
+  uint64_t next_xid;
+  json_t *base_env;
+  uid_t uid;
+  gid_t gid;
+  const char *workdir;
+  double start_ms, last_activity_ms;
+  json_int_t ttl_s, idle_s;
+  bool fncall;
+  const char *end_state;
+  char *end_cause;
+  char *msgbuf;
+  struct watch w_listen, w_signal, w_init;
+};
+
+static void sup_event(struct sup *s, json_t *ev)
+{
+  _cleanup_error_ struct dsec_error *e = NULL;
+  dsec_event_append(s->events_fd, s->id, ev, &e);
+  json_decref(ev);
+}
+
+static void sup_write_state(struct sup *s)
+{
+  _cleanup_error_ struct dsec_error *e = NULL;
+  if (dsec_sandbox_state_write(s->id, s->state, &e) < 0)
+    dsec_warn("cannot write state: %s", e->msg);
+}
+
+static int ep_add(struct sup *s, int fd, uint32_t events, struct watch *w)
+{
+  struct epoll_event ev = { .events = events, .data.ptr = w };
+  return epoll_ctl(s->epfd, EPOLL_CTL_ADD, fd, &ev);
+}
+
+/* Replaces invalid UTF-8 with U+FFFD so output always fits in JSON. */
+static json_t *utf8_string(const char *buf, size_t len)
+{
+  char *out = xmalloc(len * 3 + 1);
+  size_t o = 0;
+  json_t *j;
+
+  for (size_t i = 0; i < len;) {
+    unsigned char c = (unsigned char) buf[i];
+    size_t n = c < 0x80 ? 1 : (c >> 5) == 6 ? 2 : (c >> 4) == 14 ? 3
+                                              : (c >> 3) == 30  ? 4 : 0;
+    bool ok = n > 0 && i + n <= len;
+    for (size_t k = 1; ok && k < n; k++)
+      ok = ((unsigned char) buf[i + k] >> 6) == 2;
+    if (ok && n == 2 && c < 0xc2)
+      ok = false; /* overlong */
+    if (ok && n == 3) {
+      unsigned cp = ((c & 15u) << 12) | (((unsigned char) buf[i + 1] & 63u) << 6) |
+                    ((unsigned char) buf[i + 2] & 63u);
+      ok = cp >= 0x800 && (cp < 0xd800 || cp > 0xdfff);
+    }
+    if (ok && n == 4) {
+      unsigned cp = ((c & 7u) << 18) | (((unsigned char) buf[i + 1] & 63u) << 12) |
+                    (((unsigned char) buf[i + 2] & 63u) << 6) |
+                    ((unsigned char) buf[i + 3] & 63u);
+      ok = cp >= 0x10000 && cp <= 0x10ffff;
+    }
+    if (ok) {
+      memcpy(out + o, buf + i, n);
+      o += n;
+      i += n;
+    } else {
+      memcpy(out + o, "\xef\xbf\xbd", 3);
+      o += 3;
+      i++;
+    }
+  }
+  j = json_stringn(out, o);
+  free(out);
+  return j;
+}
+
+static void client_write(struct client *cl, json_t *rec)
+{
+  _cleanup_error_ struct dsec_error *e = NULL;
+  if (cl && cl->fd >= 0)
+    dsec_json_write_line(cl->fd, rec, &e);
+}
+
+static void client_close(struct sup *s, struct client *cl)
+{
+  for (size_t i = 0; i < s->nclients; i++)
+    if (s->clients[i] == cl) {
+      s->clients[i] = s->clients[--s->nclients];
+      break;
+    }
+  if (cl->job)
+    cl->job->cl = NULL; /* the job finishes and is recorded all the same */
+  if (cl->fd >= 0)
+    close(cl->fd);
+  free(cl->in);
+  free(cl);
+}
+
+static void capture_read(struct capture *c, uint64_t cap)
+{
+  char buf[65536];
+  for (;;) {
+    ssize_t n = read(c->fd, buf, sizeof buf);
+    if (n < 0 && errno == EINTR)
+      continue;
+    if (n <= 0) {
+      if (n == 0 || errno != EAGAIN) {
+        close(c->fd);
+        c->fd = -1;
+      }
+      return;
+    }
+    if (c->len < cap) {
+      size_t keep = (size_t) n;
+      if (c->len + keep > cap)
+        keep = (size_t) (cap - c->len);
+      c->data = xrealloc(c->data, c->len + keep + 1);
+      memcpy(c->data + c->len, buf, keep);
+      c->len += keep;
+    }
+    c->total += (uint64_t) n;
+  }
+}
+
+static double now_ms(void) { return dsec_now_ms(); }
+
+static void job_free(struct job *j)
+{
+  if (j->out.fd >= 0)
+    close(j->out.fd);
+  if (j->err.fd >= 0)
+    close(j->err.fd);
+  if (j->in_fd >= 0)
+    close(j->in_fd);
+  free(j->out.data);
+  free(j->err.data);
+  free(j->stdin_data);
+  free(j->error);
+  json_decref(j->req);
+  free(j);
+}
+
+static void client_next(struct sup *s, struct client *cl);
+
+/* Builds the result, records it (trajectory first, fsync'd), answers. */
+static void job_finish(struct sup *s, struct job *j)
+{
+  json_t *res, *rec;
+  int code, sig = 0;
+  int64_t oom_after;
+  bool oom = false;
+
+  capture_read(&j->out, j->cap);
+  capture_read(&j->err, j->cap);
+  if (j->error)
+    code = DSEC_EXIT_INTERNAL;
+  else if (j->timed_out)
+    code = DSEC_EXIT_TIMEOUT, sig = SIGKILL;
+  else if (WIFSIGNALED(j->status))
+    sig = WTERMSIG(j->status), code = 128 + sig;
+  else
+    code = WEXITSTATUS(j->status);
+  oom_after = s->cg ? dsec_cgroup_oom_kills(s->cg) : -1;
+  if (j->oom_before >= 0 && oom_after > j->oom_before && sig == SIGKILL)
+    oom = true;
+
+  res = json_pack("{s:s, s:s, s:O, s:i, s:o, s:o, s:o, s:I, s:I, s:b, s:b, "
+                  "s:b, s:f, s:b}",
+                  "type", "result", "id", s->id, "seq",
+                  j->seq ? j->seq : json_null(), "exit_code", code, "signal",
+                  sig ? json_integer(sig) : json_null(), "stdout",
+                  utf8_string(j->out.data ? j->out.data : "", j->out.len),
+                  "stderr",
+                  utf8_string(j->err.data ? j->err.data : "", j->err.len),
+                  "stdout_bytes", (json_int_t) j->out.total, "stderr_bytes",
+                  (json_int_t) j->err.total, "truncated",
+                  j->out.total > j->out.len || j->err.total > j->err.len,
+                  "timed_out", j->timed_out, "oom_killed", oom, "duration_ms",
+                  round((now_ms() - j->start) * 10) / 10, "replayed", false);
+  if (j->error)
+    json_object_set_new(res, "error", json_string(j->error));
+
+  rec = json_pack("{s:s, s:O, s:O, s:O}", "type", "exec", "seq",
+                  j->seq ? j->seq : json_null(), "request", j->req, "result",
+                  res);
+  {
+    _cleanup_error_ struct dsec_error *e = NULL;
+    if (dsec_json_write_line(s->traj_fd, rec, &e) < 0 ||
+        fdatasync(s->traj_fd) < 0) {
+      /* the result cannot be made durable: say so instead of lying */
+      json_object_set_new(res, "exit_code", json_integer(DSEC_EXIT_INTERNAL));
+      json_object_set_new(res, "error",
+                          json_string("cannot record the result in the "
+                                      "trajectory"));
+    }
+  }
+  json_decref(rec);
+  sup_event(s, json_pack("{s:s, s:O, s:O, s:O, s:i, s:b, s:b}", "type", "exec",
+                         "seq", j->seq ? j->seq : json_null(), "argv",
+                         json_object_get(j->req, "cmd"), "cwd",
+                         json_object_get(j->req, "workdir"), "exit_code",
+                         code, "timed_out", j->timed_out, "oom_killed", oom));
+  if (j->timed_out)
+    sup_event(s, json_pack("{s:s, s:s, s:O}", "type", "limit", "limit",
+                           "timeout", "seq", j->seq ? j->seq : json_null()));
+  if (oom)
+    sup_event(s, json_pack("{s:s, s:s, s:O}", "type", "limit", "limit",
+                           "memory", "seq", j->seq ? j->seq : json_null()));
+  if (j->out.total > j->out.len || j->err.total > j->err.len)
+    sup_event(s, json_pack("{s:s, s:s, s:O, s:I}", "type", "limit", "limit",
+                           "output", "seq", j->seq ? j->seq : json_null(),
+                           "dropped_bytes",
+                           (json_int_t) (j->out.total - j->out.len +
+                                         j->err.total - j->err.len)));
+
+  client_write(j->cl, res);
+  json_decref(res);
+  for (size_t i = 0; i < s->njobs; i++)
+    if (s->jobs[i] == j) {
+      s->jobs[i] = s->jobs[--s->njobs];
+      break;
+    }
+  s->last_activity_ms = now_ms();
+  {
+    struct client *cl = j->cl;
+    if (cl)
+      cl->job = NULL;
+    job_free(j);
+    if (cl)
+      client_next(s, cl);
+  }
+}
+
+static void reply_error(struct client *cl, const char *msg, int status)
+{
+  json_t *r = json_pack("{s:s, s:s, s:i}", "type", "error", "error", msg,
+                        "exit_code", status);
+  client_write(cl, r);
+  json_decref(r);
+}
+
+/* The environment of an exec: image config, spec, request (last wins). */
+static json_t *exec_env(struct sup *s, json_t *req_env)
+{
+  json_t *merged = json_copy(s->base_env);
+  json_t *out = json_array();
+  const char *k;
+  json_t *v;
+
+  if (json_is_object(req_env))
+    json_object_update(merged, req_env);
+  json_object_foreach(merged, k, v)
+    json_array_append_new(out, json_sprintf("%s=%s", k, json_string_value(v)));
+  json_decref(merged);
+  return out;
+}
+
+static int validate_request(json_t *req, char **why)
+{
+  json_t *cmd = json_object_get(req, "cmd");
+  json_t *v;
+  size_t i, total = 0;
+
+  if (!json_is_array(cmd) || json_array_size(cmd) == 0 ||
+      json_array_size(cmd) > 65536) {
+    *why = xstrdup("`cmd` must be a non-empty array of strings");
+    return -1;
+  }
+  json_array_foreach(cmd, i, v)
+  {
+    if (!json_is_string(v)) {
+      *why = xasprintf("`cmd[%zu]` must be a string", i);
+      return -1;
+    }
+    total += json_string_length(v) + 1;
+    if (strlen(json_string_value(v)) != json_string_length(v)) {
+      *why = xasprintf("`cmd[%zu]` contains a NUL byte", i);
+      return -1;
+    }
+  }
+  if (total > (512u << 10)) {
+    *why = xstrdup("`cmd` is larger than 512 KiB");
+    return -1;
+  }
+  v = json_object_get(req, "stdin");
+  if (v && !json_is_null(v) && !json_is_string(v)) {
+    *why = xstrdup("`stdin` must be a string");
+    return -1;
+  }
+  v = json_object_get(req, "timeout_s");
+  if (v && !json_is_null(v) && (!json_is_number(v) || json_number_value(v) < 0)) {
+    *why = xstrdup("`timeout_s` must be a non-negative number");
+    return -1;
+  }
+  v = json_object_get(req, "seq");
+  if (v && !json_is_null(v) && (!json_is_integer(v) || json_integer_value(v) < 0)) {
+    *why = xstrdup("`seq` must be a non-negative integer");
+    return -1;
+  }
+  v = json_object_get(req, "max_output_bytes");
+  if (v && !json_is_null(v) &&
+      (!json_is_integer(v) || json_integer_value(v) < 0 ||
+       json_integer_value(v) > (1LL << 30))) {
+    *why = xstrdup("`max_output_bytes` must be an integer from 0 to 2^30");
+    return -1;
+  }
+  v = json_object_get(req, "env");
+  if (v && !json_is_null(v)) {
+    const char *k;
+    json_t *ev;
+    if (!json_is_object(v)) {
+      *why = xstrdup("`env` must be an object of strings");
+      return -1;
+    }
+    json_object_foreach(v, k, ev)
+    {
+      if (!*k || strchr(k, '=') || !json_is_string(ev)) {
+        *why = xasprintf("invalid environment entry `%s`", k);
+        return -1;
+      }
+    }
+  }
+  v = json_object_get(req, "workdir");
+  if (v && !json_is_null(v) &&
+      (!json_is_string(v) || json_string_value(v)[0] != '/')) {
+    *why = xstrdup("`workdir` must be an absolute path");
+    return -1;
+  }
+  return 0;
+}
+
+static void job_start(struct sup *s, struct client *cl, json_t *req)
+{
+  struct job *j = xzalloc(sizeof *j);
+  int in[2] = { -1, -1 }, out[2] = { -1, -1 }, er[2] = { -1, -1 };
+  json_t *msg, *v;
+  const char *workdir;
+  double timeout;
+  char *why = NULL;
+
+  if (validate_request(req, &why) < 0) {
+    reply_error(cl, why, DSEC_EXIT_INPUT);
+    free(why);
+    free(j);
+    client_next(s, cl);
+    return;
+  }
+  j->xid = ++s->next_xid;
+  j->cl = cl;
+  j->out.fd = j->err.fd = j->in_fd = -1;
+  v = json_object_get(req, "max_output_bytes");
+  j->cap = v && json_is_integer(v) ? (uint64_t) json_integer_value(v) : 1u << 20;
+  workdir = json_string_value(json_object_get(req, "workdir"));
+  if (!workdir)
+    workdir = s->workdir;
+  timeout = json_number_value(json_object_get(req, "timeout_s"));
+  /* what the trajectory records: the request as it will run */
+  j->req = json_pack("{s:O, s:s, s:s, s:O, s:f, s:I}", "cmd",
+                     json_object_get(req, "cmd"), "stdin",
+                     json_string_value(json_object_get(req, "stdin"))
+                       ? json_string_value(json_object_get(req, "stdin"))
+                       : "",
+                     "workdir", workdir, "env",
+                     json_is_object(json_object_get(req, "env"))
+                       ? json_object_get(req, "env")
+                       : json_object(),
+                     "timeout_s", timeout, "max_output_bytes",
+                     (json_int_t) j->cap);
+  if (json_object_get(req, "seq") && json_is_integer(json_object_get(req, "seq")))
+    json_object_set(j->req, "seq", json_object_get(req, "seq"));
+  j->seq = json_object_get(j->req, "seq");
+  j->start = now_ms();
+  j->deadline = timeout > 0 ? j->start + timeout * 1000 : 0;
+  j->oom_before = s->cg ? dsec_cgroup_oom_kills(s->cg) : -1;
+  cl->job = j;
+  s->jobs = xrealloc(s->jobs, sizeof *s->jobs * (s->njobs + 1));
+  s->jobs[s->njobs++] = j;
+  s->last_activity_ms = j->start;
+
+  if (pipe2(in, O_CLOEXEC) < 0 || pipe2(out, O_CLOEXEC) < 0 ||
+      pipe2(er, O_CLOEXEC) < 0) {
+    j->error = xasprintf("cannot create pipes: %s", strerror(errno));
+    goto fail;
+  }
+  msg = json_pack("{s:s, s:I, s:O, s:o, s:s, s:i, s:i}", "op", "exec", "xid",
+                  (json_int_t) j->xid, "argv", json_object_get(req, "cmd"),
+                  "env", exec_env(s, json_object_get(req, "env")), "cwd",
+                  workdir, "uid", (int) s->uid, "gid", (int) s->gid);
+  {
+    int fds[3] = { in[0], out[1], er[1] };
+    int r = msg_send(s->isock, msg, fds, 3);
+    json_decref(msg);
+    close(in[0]);
+    close(out[1]);
+    close(er[1]);
+    in[0] = out[1] = er[1] = -1;
+    if (r < 0) {
+      j->error = xasprintf("cannot reach the sandbox's init: %s",
+                           strerror(errno));
+      goto fail;
+    }
+  }
+  j->out.fd = out[0];
+  j->err.fd = er[0];
+  fcntl(j->out.fd, F_SETFL, O_NONBLOCK);
+  fcntl(j->err.fd, F_SETFL, O_NONBLOCK);
+  j->out.w = (struct watch){ W_OUT, j };
+  j->err.w = (struct watch){ W_ERR, j };
+  ep_add(s, j->out.fd, EPOLLIN, &j->out.w);
+  ep_add(s, j->err.fd, EPOLLIN, &j->err.w);
+  {
+    const char *data = json_string_value(json_object_get(req, "stdin"));
+    size_t len = data ? json_string_length(json_object_get(req, "stdin")) : 0;
+    if (len > 0) {
+      j->stdin_data = xmalloc(len);
+      memcpy(j->stdin_data, data, len);
+      j->stdin_len = len;
+      j->in_fd = in[1];
+      fcntl(j->in_fd, F_SETFL, O_NONBLOCK);
+      j->w_in = (struct watch){ W_IN, j };
+      ep_add(s, j->in_fd, EPOLLOUT, &j->w_in);
+    } else
+      close(in[1]);
+  }
+  return;
+
+fail:
+  for (int i = 0; i < 2; i++) {
+    if (in[i] >= 0)
+      close(in[i]);
+    if (out[i] >= 0)
+      close(out[i]);
+    if (er[i] >= 0)
+      close(er[i]);
+  }
+  job_finish(s, j);
+}
+
+static void sup_teardown(struct sup *s, const char *state, const char *cause);
+
+/* Handles the complete lines a client sent, one at a time: the next waits
+ * until the current exec is answered, so results come back in order. */
+static void client_next(struct sup *s, struct client *cl)
+{
+  while (!cl->job) {
+    char *nl = cl->in ? memchr(cl->in, '\n', cl->len) : NULL;
+    json_t *req;
+    json_error_t jerr;
+    const char *op;
+    size_t linelen;
+
+    if (!nl) {
+      if (cl->eof)
+        client_close(s, cl);
+      return;
+    }
+    linelen = (size_t) (nl - cl->in);
+    req = json_loadb(cl->in, linelen, JSON_REJECT_DUPLICATES, &jerr);
+    memmove(cl->in, nl + 1, cl->len - linelen - 1);
+    cl->len -= linelen + 1;
+    if (linelen == 0)
+      continue;
+    if (!req || !json_is_object(req)) {
+      char *msg = xasprintf("invalid request: %s", req ? "not an object"
+                                                        : jerr.text);
+      reply_error(cl, msg, DSEC_EXIT_INPUT);
+      free(msg);
+      json_decref(req);
+      continue;
+    }
+    op = json_string_value(json_object_get(req, "op"));
+    if (!op || strcmp(op, "exec") == 0) {
+      job_start(s, cl, req);
+    } else if (strcmp(op, "kill") == 0) {
+      json_int_t sig = json_integer_value(json_object_get(req, "signal"));
+      json_t *m = json_pack("{s:s, s:I}", "op", "kill", "signal",
+                            sig > 0 && sig < NSIG ? sig : SIGKILL);
+      msg_send(s->isock, m, NULL, 0);
+      json_decref(m);
+      m = json_pack("{s:s, s:s, s:I}", "type", "killed", "id", s->id, "signal",
+                    sig > 0 && sig < NSIG ? sig : SIGKILL);
+      client_write(cl, m);
+      json_decref(m);
+    } else if (strcmp(op, "status") == 0) {
+      json_t *st = json_copy(s->state);
+      int64_t mem = s->cg ? dsec_cgroup_memory_current(s->cg) : -1;
+      if (mem >= 0)
+        json_object_set_new(st, "memory_bytes", json_integer(mem));
+      json_object_set_new(st, "execs_running", json_integer((json_int_t) s->njobs));
+      client_write(cl, st);
+      json_decref(st);
+    } else if (strcmp(op, "shutdown") == 0) {
+      json_t *m = json_pack("{s:s, s:s}", "type", "stopping", "id", s->id);
+      client_write(cl, m);
+      json_decref(m);
+      json_decref(req);
+      sup_teardown(s, "stopped", "removed");
+    } else {
+      reply_error(cl, "unknown op", DSEC_EXIT_INPUT);
+    }
+    json_decref(req);
+  }
+}
+
+static void client_readable(struct sup *s, struct client *cl)
+{
+  for (;;) {
+    ssize_t n;
+    if (cl->len + 65536 > cl->cap) {
+      if (cl->cap > (64u << 20)) {
+        reply_error(cl, "request too large", DSEC_EXIT_INPUT);
+        client_close(s, cl);
+        return;
+      }
+      cl->cap = cl->cap ? cl->cap * 2 : 131072;
+      cl->in = xrealloc(cl->in, cl->cap);
+    }
+    n = read(cl->fd, cl->in + cl->len, cl->cap - cl->len);
+    if (n < 0 && errno == EINTR)
+      continue;
+    if (n < 0 && errno == EAGAIN)
+      break;
+    if (n <= 0) {
+      cl->eof = true;
+      epoll_ctl(s->epfd, EPOLL_CTL_DEL, cl->fd, NULL);
+      break;
+    }
+    cl->len += (size_t) n;
+  }
+  client_next(s, cl);
+}
+
+static void accept_clients(struct sup *s)
+{
+  for (;;) {
+    int fd = accept4(s->lsock, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK);
+    struct client *cl;
+    struct timeval tv = { 10, 0 };
+    if (fd < 0)
+      return;
+    /* answers are written whole: a client that stops reading for 10 s
+     * loses its answers, never the sandbox */
+    setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
+    cl = xzalloc(sizeof *cl);
+    cl->fd = fd;
+    cl->w = (struct watch){ W_CLIENT, cl };
+    s->clients = xrealloc(s->clients, sizeof *s->clients * (s->nclients + 1));
+    s->clients[s->nclients++] = cl;
+    ep_add(s, fd, EPOLLIN, &cl->w);
+  }
+}
+
+static void init_message(struct sup *s)
+{
+  int fds[3], nfds;
+  json_t *m = msg_recv(s->isock, s->msgbuf, MSG_MAX, fds, &nfds);
+  const char *op;
+  uint64_t xid;
+
+  for (int i = 0; i < nfds; i++)
+    close(fds[i]);
+  if (!m) {
+    /* init is gone; SIGCHLD tells how */
+    epoll_ctl(s->epfd, EPOLL_CTL_DEL, s->isock, NULL);
+    return;
+  }
+  op = json_string_value(json_object_get(m, "op"));
+  xid = (uint64_t) json_integer_value(json_object_get(m, "xid"));
+  for (size_t i = 0; op && i < s->njobs; i++) {
+    struct job *j = s->jobs[i];
+    if (j->xid != xid)
+      continue;
+    if (strcmp(op, "exited") == 0) {
+      j->exited = true;
+      j->status = (int) json_integer_value(json_object_get(m, "status"));
+      job_finish(s, j);
+    } else if (strcmp(op, "error") == 0) {
+      j->error = xstrdup(json_string_value(json_object_get(m, "msg"))
+                           ? json_string_value(json_object_get(m, "msg"))
+                           : "exec failed");
+      job_finish(s, j);
+    }
+    break;
+  }
+  json_decref(m);
+}
+
+static void stdin_writable(struct sup *s, struct job *j)
+{
+  while (j->stdin_off < j->stdin_len) {
+    ssize_t n = write(j->in_fd, j->stdin_data + j->stdin_off,
+                      j->stdin_len - j->stdin_off);
+    if (n < 0 && errno == EINTR)
+      continue;
+    if (n < 0 && errno == EAGAIN)
+      return;
+    if (n < 0)
+      break; /* EPIPE: the command does not read its input */
+    j->stdin_off += (size_t) n;
+  }
+  epoll_ctl(s->epfd, EPOLL_CTL_DEL, j->in_fd, NULL);
+  close(j->in_fd);
+  j->in_fd = -1;
+}
+
+static void sup_teardown(struct sup *s, const char *state, const char *cause)
+{
+  _cleanup_free_ char *now = dsec_time_rfc3339();
+  _cleanup_error_ struct dsec_error *e = NULL;
+
+  if (s->init_pid > 0)
+    kill(s->init_pid, SIGKILL);
+  if (s->cg) {
+    dsec_cgroup_destroy(s->cg, &e);
+    if (e)
+      dsec_warn("%s", e->msg);
+  }
+  if (s->init_pid > 0)
+    while (waitpid(s->init_pid, NULL, 0) < 0 && errno == EINTR)
+      ;
+  /* answer whoever still waits */
+  for (size_t i = 0; i < s->njobs; i++) {
+    struct job *j = s->jobs[i];
+    if (j->cl)
+      reply_error(j->cl, cause ? cause : state, DSEC_EXIT_INTERNAL);
+  }
+  json_object_set_new(s->state, "state", json_string(state));
+  json_object_set_new(s->state, "ended", json_string(now));
+  if (cause)
+    json_object_set_new(s->state, "cause", json_string(cause));
+  sup_write_state(s);
+  if (strcmp(state, "stopped") != 0)
+    sup_event(s, json_pack("{s:s, s:s}", "type", state, "cause",
+                           cause ? cause : state));
+  if (s->run_fd >= 0)
+    unlinkat(s->run_fd, "ctl.sock", 0);
+  fsync(s->events_fd);
+  _exit(0);
+}
+
+static void sup_signal(struct sup *s)
+{
+  struct signalfd_siginfo si;
+  while (read(s->sfd, &si, sizeof si) == sizeof si) {
+    if (si.ssi_signo == SIGTERM || si.ssi_signo == SIGINT ||
+        si.ssi_signo == SIGHUP)
+      sup_teardown(s, "stopped", "supervisor terminated");
+  }
+  for (;;) {
+    int status;
+    pid_t pid = waitpid(-1, &status, WNOHANG);
+    if (pid <= 0)
+      break;
+    if (pid == s->init_pid) {
+      int64_t ooms = s->cg ? dsec_cgroup_oom_kills(s->cg) : -1;
+      _cleanup_free_ char *cause =
+        ooms > 0 && WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL
+          ? xstrdup("oom")
+        : WIFSIGNALED(status)
+          ? xasprintf("init killed by signal %d", WTERMSIG(status))
+          : xasprintf("init exited with status %d", WEXITSTATUS(status));
+      s->init_pid = 0;
+      sup_teardown(s, "died", cause);
+    }
+  }
+}
+
+static int sup_timeout_ms(struct sup *s)
+{
+  double now = now_ms(), next = -1;
+  for (size_t i = 0; i < s->njobs; i++)
+    if (s->jobs[i]->deadline > 0 && !s->jobs[i]->kill_sent &&
+        (next < 0 || s->jobs[i]->deadline < next))
+      next = s->jobs[i]->deadline;
+  if (s->ttl_s > 0) {
+    double t = s->start_ms + (double) s->ttl_s * 1000;
+    if (next < 0 || t < next)
+      next = t;
+  }
+  if (s->idle_s > 0 && s->njobs == 0) {
+    double t = s->last_activity_ms + (double) s->idle_s * 1000;
+    if (next < 0 || t < next)
+      next = t;
+  }
+  if (next < 0)
+    return -1;
+  return next <= now ? 0 : (int) (next - now) + 1;
+}
+
+static void sup_timers(struct sup *s)
+{
+  double now = now_ms();
+  for (size_t i = 0; i < s->njobs; i++) {
+    struct job *j = s->jobs[i];
+    if (j->deadline > 0 && !j->kill_sent && now >= j->deadline) {
+      json_t *m = json_pack("{s:s, s:I, s:i}", "op", "kill", "xid",
+                            (json_int_t) j->xid, "signal", SIGKILL);
+      j->timed_out = true;
+      j->kill_sent = true;
+      msg_send(s->isock, m, NULL, 0);
+      json_decref(m);
+    }
+  }
+  if (s->ttl_s > 0 && now >= s->start_ms + (double) s->ttl_s * 1000)
+    sup_teardown(s, "expired", "ttl");
+  if (s->idle_s > 0 && s->njobs == 0 &&
+      now >= s->last_activity_ms + (double) s->idle_s * 1000)
+    sup_teardown(s, "expired", "idle");
+}
+
+_Noreturn static void sup_loop(struct sup *s)
+{
+  struct epoll_event evs[64];
+  for (;;) {
+    int n = epoll_wait(s->epfd, evs, 64, sup_timeout_ms(s));
+    if (n < 0 && errno != EINTR)
+      sup_teardown(s, "died", "supervisor error");
+    for (int i = 0; i < n; i++) {
+      struct watch *w = evs[i].data.ptr;
+      switch (w->kind) {
+      case W_LISTEN:
+        accept_clients(s);
+        break;
+      case W_SIGNAL:
+        sup_signal(s);
+        break;
+      case W_INIT:
+        init_message(s);
+        break;
+      case W_CLIENT:
+        client_readable(s, w->p);
+        break;
+      case W_OUT:
+        capture_read(&((struct job *) w->p)->out, ((struct job *) w->p)->cap);
+        break;
+      case W_ERR:
+        capture_read(&((struct job *) w->p)->err, ((struct job *) w->p)->cap);
+        break;
+      case W_IN:
+        stdin_writable(s, w->p);
+        break;
+      }
+    }
+    sup_timers(s);
+  }
+}
+
+static void report(int fd, json_t *msg)
+{
+  if (fd >= 0) {
+    _cleanup_error_ struct dsec_error *e = NULL;
+    dsec_json_write_line(fd, msg, &e);
+  }
+  json_decref(msg);
+}
+
+/* Mounts the sandbox's root in the supervisor's mount namespace:
+ * run/lower/<i> idmapped layers, run/rootfs the overlay, then the spec's
+ * bind mounts (idmapped as well, so the sandbox's root owns what the
+ * host's root owns, and nothing is chowned). */
+static int mount_rootfs(struct sup *s, struct dsec_container_opts *o,
+                        int userns, uid_t base, struct dsec_error **err)
+{
+  _cleanup_free_ char *lowers = xstrdup("");
+  _cleanup_free_ char *opts = NULL;
+  _cleanup_free_ char *upper = xasprintf("%s/upper", s->dir);
+  _cleanup_free_ char *work = xasprintf("%s/work", s->dir);
+  _cleanup_free_ char *rootfs = xasprintf("%s/rootfs", s->run);
+  json_t *m;
+  size_t i;
+
+  for (i = 0; i < o->n_layers; i++) {
+    _cleanup_free_ char *dst = xasprintf("%s/lower/%zu", s->run, i);
+    struct mount_attr attr = { .attr_set = MOUNT_ATTR_IDMAP | MOUNT_ATTR_RDONLY |
+                                           MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV,
+                               .userns_fd = (uint64_t) userns };
+    _cleanup_close_ int t = -1;
+    char *nl;
+
+    if (dsec_mkdir_p(AT_FDCWD, dst, 0700, err) < 0)
+      return -1;
+    t = (int) syscall(SYS_open_tree, AT_FDCWD, o->layers[i],
+                      OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC);
+    if (t < 0)
+      return dsec_fail(err, errno, "cannot open layer %s", o->layers[i]);
+    if (syscall(SYS_mount_setattr, t, "", AT_EMPTY_PATH, &attr, sizeof attr) < 0)
+      return dsec_fail(err, errno, "cannot idmap layer %s (idmapped mounts "
+                                   "need Linux 5.12 and a filesystem that "
+                                   "supports them)", o->layers[i]);
+    if (syscall(SYS_move_mount, t, "", AT_FDCWD, dst, MOVE_MOUNT_F_EMPTY_PATH) < 0)
+      return dsec_fail(err, errno, "cannot attach layer %s", o->layers[i]);
+    /* overlay lists the top layer first; relative to run/ keeps the
+     * option string short */
+    nl = xasprintf("lower/%zu%s%s", i, *lowers ? ":" : "", lowers);
+    free(lowers);
+    lowers = nl;
+  }
+  if (o->n_layers == 1 || s->fncall) {
+    /* overlay wants two lower layers when there is no upper: an empty one */
+    _cleanup_free_ char *empty = xasprintf("%s/lower/empty", s->run);
+    char *nl;
+    mkdir(empty, 0755);
+    nl = xasprintf("%s:lower/empty", lowers);
+    free(lowers);
+    lowers = nl;
+  }
+  if (dsec_mkdir_p(AT_FDCWD, rootfs, 0755, err) < 0)
+    return -1;
+  if (mkdir(upper, 0755) < 0 && errno != EEXIST)
+    return dsec_fail(err, errno, "cannot create %s", upper);
+  if (mkdir(work, 0700) < 0 && errno != EEXIST)
+    return dsec_fail(err, errno, "cannot create %s", work);
+  if (chown(upper, base, base) < 0 || chown(work, base, base) < 0)
+    return dsec_fail(err, errno, "cannot give the upper dir to the sandbox");
+  if (s->fncall)
+    opts = xasprintf("lowerdir=%s", lowers);
+  else
+    opts = xasprintf("lowerdir=%s,upperdir=%s,workdir=%s,userxattr", lowers,
+                     upper, work);
+  if (fchdir(s->run_fd) < 0)
+    return dsec_fail(err, errno, "cannot enter %s", s->run);
+  if (mount("overlay", "rootfs", "overlay", MS_NOSUID | MS_NODEV, opts) < 0 &&
+      (s->fncall ||
+       /* userxattr is for unprivileged overlays; plain otherwise */
+       (free(opts), opts = xasprintf("lowerdir=%s,upperdir=%s,workdir=%s",
+                                     lowers, upper, work),
+        mount("overlay", "rootfs", "overlay", MS_NOSUID | MS_NODEV, opts) < 0)))
+    return dsec_fail(err, errno, "cannot mount the overlay");
+  if (chdir("/") < 0)
+    return dsec_fail(err, errno, "chdir /");
+
+  json_array_foreach(json_object_get(s->spec, "mounts"), i, m)
+  {
+    const char *src = json_string_value(json_object_get(m, "source"));
+    const char *dst = json_string_value(json_object_get(m, "target"));
+    bool ro = json_is_true(json_object_get(m, "ro"));
+    _cleanup_free_ char *target = xasprintf("%s%s", rootfs, dst);
+    struct mount_attr attr = { .attr_set = MOUNT_ATTR_IDMAP | MOUNT_ATTR_NOSUID |
+                                           MOUNT_ATTR_NODEV |
+                                           (ro ? MOUNT_ATTR_RDONLY : 0),
+                               .userns_fd = (uint64_t) userns };
+    _cleanup_close_ int t = -1;
+    struct stat st;
+
+    if (stat(src, &st) < 0)
+      return dsec_error_set(err, DSEC_EXIT_INPUT, errno, "mount source %s",
+                            src);
+    /* the target is created inside the overlay, owned by the sandbox */
+    if (S_ISDIR(st.st_mode)) {
+      if (dsec_mkdir_p(AT_FDCWD, target, 0755, err) < 0)
+        return -1;
+    } else {
+      _cleanup_free_ char *parent = xstrdup(target);
+      int fd;
+      *strrchr(parent, '/') = '\0';
+      if (dsec_mkdir_p(AT_FDCWD, parent, 0755, err) < 0)
+        return -1;
+      fd = open(target, O_CREAT | O_WRONLY | O_CLOEXEC | O_NOFOLLOW, 0644);
+      if (fd >= 0)
+        close(fd);
+    }
+    if (lchown(target, base, base) < 0)
+      return dsec_fail(err, errno, "cannot give %s to the sandbox", dst);
+    t = (int) syscall(SYS_open_tree, AT_FDCWD, src,
+                      OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC | AT_RECURSIVE);
+    if (t < 0)
+      return dsec_fail(err, errno, "cannot open mount source %s", src);
+    if (syscall(SYS_mount_setattr, t, "", AT_EMPTY_PATH | AT_RECURSIVE, &attr,
+                sizeof attr) < 0) {
+      /* a filesystem without idmapping support: mount it as it is */
+      attr.attr_set &= ~(uint64_t) MOUNT_ATTR_IDMAP;
+      attr.userns_fd = 0;
+      if (syscall(SYS_mount_setattr, t, "", AT_EMPTY_PATH | AT_RECURSIVE,
+                  &attr, sizeof attr) < 0)
+        return dsec_fail(err, errno, "cannot set up mount %s", src);
+    }
+    if (syscall(SYS_move_mount, t, "", AT_FDCWD, target,
+                MOVE_MOUNT_F_EMPTY_PATH) < 0)
+      return dsec_fail(err, errno, "cannot mount %s on %s", src, dst);
+  }
+  return 0;
+}
+
+static int listen_socket(struct sup *s, struct dsec_error **err)
+{
+  struct sockaddr_un sa = { .sun_family = AF_UNIX };
+  int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+
+  if (fd < 0)
+    return dsec_fail(err, errno, "socket");
+  /* through the directory's fd: a long $DSEC_RUN still fits sun_path */
+  snprintf(sa.sun_path, sizeof sa.sun_path, "/proc/self/fd/%d/ctl.sock",
+           s->run_fd);
+  unlinkat(s->run_fd, "ctl.sock", 0);
+  if (bind(fd, (struct sockaddr *) &sa, sizeof sa) < 0 ||
+      fchmodat(s->run_fd, "ctl.sock", 0600, 0) < 0 || listen(fd, 128) < 0) {
+    int e = errno;
+    close(fd);
+    return dsec_fail(err, e, "cannot listen on %s/ctl.sock", s->run);
+  }
+  return fd;
+}
+
+_Noreturn void dsec_supervisor_main(struct dsec_container_opts *o)
+{
+  struct sup sv = { 0 }, *s = &sv;
+  struct dsec_error *err = NULL;
+  struct stage1_args a = { 0 };
+  int ip[2] = { -1, -1 }, sync[2] = { -1, -1 };
+  _cleanup_free_ char *now = dsec_time_rfc3339();
+  _cleanup_free_ char *userns_path = NULL;
+  _cleanup_close_ int userns = -1;
+  uid_t base, count;
+  sigset_t mask;
+  json_t *v;
+
+  s->id = o->id;
+  s->spec = o->spec;
+  s->dir = dsec_sandbox_dir(o->id);
+  s->run = dsec_sandbox_run_dir(o->id);
+  s->epfd = s->sfd = s->lsock = s->isock = s->traj_fd = s->events_fd = -1;
+  s->run_fd = -1;
+  s->msgbuf = xmalloc(MSG_MAX);
+  s->fncall = strcmp(json_string_value(json_object_get(o->spec, "backend")),
+                     "fncall") == 0;
+  s->workdir = json_string_value(json_object_get(o->spec, "workdir"));
+  dsec_parse_user(json_string_value(json_object_get(o->spec, "user")), &s->uid,
+                  &s->gid);
+  s->ttl_s = json_integer_value(json_object_get(o->spec, "ttl_s"));
+  s->idle_s = json_integer_value(json_object_get(o->spec, "idle_timeout_s"));
+  s->start_ms = s->last_activity_ms = now_ms();
+  /* env: the image's, then the spec's */
+  s->base_env = json_copy(json_object_get(
+    json_object_get(o->environment, "config"), "env"));
+  if (!json_is_object(s->base_env)) {
+    json_decref(s->base_env);
+    s->base_env = json_object();
+  }
+  if (!json_object_get(s->base_env, "PATH"))
+    json_object_set_new(s->base_env, "PATH",
+                        json_string("/usr/local/sbin:/usr/local/bin:/usr/sbin:"
+                                    "/usr/bin:/sbin:/bin"));
+  json_object_update(s->base_env, json_object_get(o->spec, "env"));
+  if (!json_object_get(s->base_env, "HOME"))
+    json_object_set_new(s->base_env, "HOME",
+                        json_string(s->uid == 0 ? "/root" : "/"));
+
+  signal(SIGPIPE, SIG_IGN);
+  sigemptyset(&mask);
+  sigaddset(&mask, SIGCHLD);
+  sigaddset(&mask, SIGTERM);
+  sigaddset(&mask, SIGINT);
+  sigaddset(&mask, SIGHUP);
+  sigprocmask(SIG_BLOCK, &mask, NULL);
+  prctl(PR_SET_NAME, "dsec-supervise");
+  {
+    _cleanup_free_ char *log = xasprintf("%s/supervisor.log", s->dir);
+    int null = open("/dev/null", O_RDWR | O_CLOEXEC);
+    int lfd = open(log, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+    dup2(null, 0);
+    dup2(null, 1);
+    dup2(lfd >= 0 ? lfd : null, 2);
+    if (lfd >= 0)
+      close(lfd);
+    close(null);
+  }
+
+  /* 1. a mount namespace of our own */
+  if (unshare(CLONE_NEWNS) < 0 ||
+      mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) < 0) {
+    dsec_fail(&err, errno, "cannot create a mount namespace");
+    goto fail;
+  }
+  /* 0711: the sandbox's root (an unprivileged host uid) must traverse it
+   * to reach its root file system; nobody may list it, and the socket in
+   * it is 0600 */
+  {
+    _cleanup_free_ char *top = dsec_run_dir();
+    if (dsec_mkdir_p(AT_FDCWD, s->run, 0711, &err) < 0 ||
+        chmod(top, 0711) < 0 || chmod(s->run, 0711) < 0) {
+      if (!err)
+        dsec_fail(&err, errno, "cannot create %s", s->run);
+      goto fail;
+    }
+  }
+  s->run_fd = open(s->run, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  {
+    _cleanup_free_ char *tp = xasprintf("%s/trajectory.jsonl", s->dir);
+    _cleanup_free_ char *ep = xasprintf("%s/events.jsonl", s->dir);
+    s->traj_fd = open(tp, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0644);
+    s->events_fd = open(ep, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0644);
+    if (s->run_fd < 0 || s->traj_fd < 0 || s->events_fd < 0) {
+      dsec_fail(&err, errno, "cannot open the sandbox's files");
+      goto fail;
+    }
+  }
+
+  /* 2. cgroups */
+  if (dsec_cgroup_create(o->id, json_object_get(o->spec, "resources"), &s->cg,
+                         &err) < 0)
+    goto fail;
+
+  /* 3. stage1 in a new user namespace */
+  if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, ip) < 0 ||
+      pipe2(sync, O_CLOEXEC) < 0) {
+    dsec_fail(&err, errno, "cannot create the control channel");
+    goto fail;
+  }
+  {
+    int sz = MSG_MAX + 4096;
+    setsockopt(ip[0], SOL_SOCKET, SO_SNDBUFFORCE, &sz, sizeof sz);
+    setsockopt(ip[1], SOL_SOCKET, SO_SNDBUFFORCE, &sz, sizeof sz);
+    setsockopt(ip[0], SOL_SOCKET, SO_RCVBUFFORCE, &sz, sizeof sz);
+    setsockopt(ip[1], SOL_SOCKET, SO_RCVBUFFORCE, &sz, sizeof sz);
+  }
+  a.sync_fd = sync[0];
+  a.sock = ip[1];
+  a.root = NULL;
+  a.spec = o->spec;
+  a.fncall = s->fncall;
+  {
+    _cleanup_free_ char *root = xasprintf("%s/rootfs", s->run);
+    a.root = root;
+    s->stage1_pid = (pid_t) syscall(SYS_clone, CLONE_NEWUSER | SIGCHLD, NULL,
+                                    NULL, NULL, 0);
+    if (s->stage1_pid == 0) {
+      close(ip[0]);
+      close(sync[1]);
+      stage1(&a);
+    }
+  }
+  close(ip[1]);
+  close(sync[0]);
+  s->isock = ip[0];
+  if (s->stage1_pid < 0) {
+    dsec_fail(&err, errno, "cannot create a user namespace");
+    goto fail;
+  }
+  dsec_idmap_range(&base, &count);
+  {
+    char map[64], path[64];
+    snprintf(map, sizeof map, "0 %u %u\n", base, count);
+    snprintf(path, sizeof path, "/proc/%d/uid_map", (int) s->stage1_pid);
+    if (write_file(path, map) < 0) {
+      dsec_fail(&err, errno, "cannot write the uid map");
+      goto fail;
+    }
+    snprintf(path, sizeof path, "/proc/%d/gid_map", (int) s->stage1_pid);
+    if (write_file(path, map) < 0) {
+      dsec_fail(&err, errno, "cannot write the gid map");
+      goto fail;
+    }
+  }
+  if (dsec_cgroup_attach(s->cg, s->stage1_pid, &err) < 0)
+    goto fail;
+
+  /* 4. the root file system */
+  userns_path = xasprintf("/proc/%d/ns/user", (int) s->stage1_pid);
+  userns = open(userns_path, O_RDONLY | O_CLOEXEC);
+  if (userns < 0) {
+    dsec_fail(&err, errno, "cannot open the user namespace");
+    goto fail;
+  }
+  if (mount_rootfs(s, o, userns, base, &err) < 0)
+    goto fail;
+
+  /* 5. go */
+  if (write(sync[1], "g", 1) != 1) {
+    dsec_fail(&err, errno, "stage1 is gone");
+    goto fail;
+  }
+  close(sync[1]);
+  sync[1] = -1;
+  {
+    int st;
+    while (waitpid(s->stage1_pid, &st, 0) < 0 && errno == EINTR)
+      ;
+    s->stage1_pid = 0;
+  }
+  /* 6. init reports ready (or why not) */
+  for (;;) {
+    int fds[3], nfds;
+    struct pollfd pf = { s->isock, POLLIN, 0 };
+    json_t *m;
+    const char *op;
+    if (poll(&pf, 1, 60000) <= 0) {
+      dsec_fail(&err, ETIMEDOUT, "the sandbox's init did not start");
+      goto fail;
+    }
+    m = msg_recv(s->isock, s->msgbuf, MSG_MAX, fds, &nfds);
+    for (int i = 0; i < nfds; i++)
+      close(fds[i]);
+    if (!m) {
+      dsec_fail(&err, 0, "the sandbox's init died while starting");
+      goto fail;
+    }
+    op = json_string_value(json_object_get(m, "op"));
+    if (op && strcmp(op, "failed") == 0) {
+      dsec_fail(&err, (int) json_integer_value(json_object_get(m, "errno")),
+                "sandbox setup: %s",
+                json_string_value(json_object_get(m, "msg")));
+      json_decref(m);
+      goto fail;
+    }
+    if (op && strcmp(op, "ready") == 0) {
+      json_decref(m);
+      break;
+    }
+    json_decref(m);
+  }
+  /* init is our child (CLONE_PARENT): the only one left */
+  {
+    char path[64];
+    _cleanup_free_ char *children = NULL;
+    snprintf(path, sizeof path, "/proc/self/task/%d/children", (int) getpid());
+    children = dsec_read_file_at(AT_FDCWD, path, 4096, NULL, NULL);
+    if (children)
+      s->init_pid = (pid_t) strtol(children, NULL, 10);
+  }
+  if (s->init_pid <= 0) {
+    dsec_fail(&err, 0, "cannot find the sandbox's init");
+    goto fail;
+  }
+
+  /* 7. serve */
+  s->lsock = listen_socket(s, &err);
+  if (s->lsock < 0)
+    goto fail;
+  s->epfd = epoll_create1(EPOLL_CLOEXEC);
+  s->sfd = signalfd(-1, &mask, SFD_CLOEXEC | SFD_NONBLOCK);
+  s->w_listen = (struct watch){ W_LISTEN, NULL };
+  s->w_signal = (struct watch){ W_SIGNAL, NULL };
+  s->w_init = (struct watch){ W_INIT, NULL };
+  if (s->epfd < 0 || s->sfd < 0 || ep_add(s, s->lsock, EPOLLIN, &s->w_listen) < 0 ||
+      ep_add(s, s->sfd, EPOLLIN, &s->w_signal) < 0 ||
+      ep_add(s, s->isock, EPOLLIN, &s->w_init) < 0) {
+    dsec_fail(&err, errno, "cannot set up the event loop");
+    goto fail;
+  }
+
+  s->state = json_pack("{s:s, s:s, s:s, s:s, s:i, s:I, s:i, s:s, s:o, s:s, "
+                       "s:s}",
+                       "type", "sandbox", "id", o->id, "state", "running",
+                       "backend",
+                       json_string_value(json_object_get(o->spec, "backend")),
+                       "supervisor_pid", (int) getpid(), "supervisor_start",
+                       (json_int_t) dsec_process_starttime(getpid()),
+                       "init_pid", (int) s->init_pid, "created", now, "cgroup",
+                       dsec_cgroup_to_json(s->cg), "rootfs",
+                       a.root ? "" : "", "socket", "");
+  {
+    _cleanup_free_ char *rootfs = xasprintf("%s/rootfs", s->run);
+    _cleanup_free_ char *sock = xasprintf("%s/ctl.sock", s->run);
+    json_object_set_new(s->state, "rootfs", json_string(rootfs));
+    json_object_set_new(s->state, "socket", json_string(sock));
+    json_object_set_new(s->state, "idmap",
+                        json_pack("{s:i, s:i}", "host_base", (int) base,
+                                  "count", (int) count));
+  }
+  if ((v = json_object_get(o->spec, "name")))
+    json_object_set(s->state, "name", v);
+  sup_write_state(s);
+  sup_event(s, json_pack("{s:s, s:s, s:O}", "type", "created", "backend",
+                         json_string_value(json_object_get(o->spec, "backend")),
+                         "labels", json_object_get(o->spec, "labels")));
+  report(o->ready_fd, json_pack("{s:b}", "ok", true));
+  close(o->ready_fd);
+  o->ready_fd = -1;
+  sup_loop(s);
+
+fail:
+  report(o->ready_fd, json_pack("{s:b, s:s, s:i, s:i}", "ok", false, "error",
+                                err ? err->msg : "unknown error", "status",
+                                err ? err->status : 1, "errno",
+                                err ? err->errnum : 0));
+  if (s->stage1_pid > 0)
+    kill(s->stage1_pid, SIGKILL);
+  if (s->cg)
+    dsec_cgroup_destroy(s->cg, NULL);
+  _exit(1);
+}

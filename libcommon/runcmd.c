@@ -1,0 +1,1271 @@
+#include <config.h>
+
+#include "runcmd.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <getopt.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "cgroup.h"
+#include "cli.h"
+#include "client.h"
+#include "container.h"
+#include "fsutil.h"
+#include "image.h"
+#include "layer.h"
+#include "log.h"
+#include "sandbox.h"
+#include "spec.h"
+
+enum {
+  OPT_SPEC = DSEC_OPT_FIRST_PRIVATE,
+  OPT_IMAGE,
+  OPT_LAYER,
+  OPT_BACKEND,
+  OPT_CPUS,
+  OPT_MEMORY,
+  OPT_PIDS,
+  OPT_DISK,
+  OPT_MOUNT,
+  OPT_PROTECT,
+  OPT_HIDE,
+  OPT_ENV,
+  OPT_WORKDIR,
+  OPT_USER,
+  OPT_LABEL,
+  OPT_TTL,
+  OPT_IDLE_TIMEOUT,
+  OPT_NAME,
+  OPT_SEQ,
+  OPT_TIMEOUT,
+  OPT_STDIN,
+  OPT_MAX_OUTPUT,
+  OPT_REQUESTS,
+  OPT_RM,
+  OPT_ATTACH,
+  OPT_RESULT,
+  OPT_ALL,
+  OPT_FORCE,
+  OPT_FOLLOW,
+};
+
+static const struct option long_options[] = {
+  { "all", no_argument, NULL, OPT_ALL },
+  { "attach", no_argument, NULL, OPT_ATTACH },
+  { "backend", required_argument, NULL, OPT_BACKEND },
+  { "cpus", required_argument, NULL, OPT_CPUS },
+  { "disk", required_argument, NULL, OPT_DISK },
+  { "env", required_argument, NULL, OPT_ENV },
+  { "follow", no_argument, NULL, OPT_FOLLOW },
+  { "force", no_argument, NULL, OPT_FORCE },
+  { "hide", required_argument, NULL, OPT_HIDE },
+  { "idle-timeout", required_argument, NULL, OPT_IDLE_TIMEOUT },
+  { "image", required_argument, NULL, OPT_IMAGE },
+  { "label", required_argument, NULL, OPT_LABEL },
+  { "layer", required_argument, NULL, OPT_LAYER },
+  { "max-output", required_argument, NULL, OPT_MAX_OUTPUT },
+  { "memory", required_argument, NULL, OPT_MEMORY },
+  { "mount", required_argument, NULL, OPT_MOUNT },
+  { "name", required_argument, NULL, OPT_NAME },
+  { "pids", required_argument, NULL, OPT_PIDS },
+  { "protect", required_argument, NULL, OPT_PROTECT },
+  { "requests", required_argument, NULL, OPT_REQUESTS },
+  { "result", required_argument, NULL, OPT_RESULT },
+  { "rm", no_argument, NULL, OPT_RM },
+  { "seq", required_argument, NULL, OPT_SEQ },
+  { "spec", required_argument, NULL, OPT_SPEC },
+  { "stdin", required_argument, NULL, OPT_STDIN },
+  { "timeout", required_argument, NULL, OPT_TIMEOUT },
+  { "ttl", required_argument, NULL, OPT_TTL },
+  { "user", required_argument, NULL, OPT_USER },
+  { "workdir", required_argument, NULL, OPT_WORKDIR },
+  DSEC_COMMON_LONG_OPTIONS,
+  { NULL, 0, NULL, 0 },
+};
+
+static void help(void)
+{
+  const char *p = dsec_log_prog();
+  printf("Usage: %s COMMAND [OPTION]... [ARG]...\n"
+         "Create sandboxes, run commands in them, and remove them; every\n"
+         "answer is one JSON object per line on stdout.\n"
+         "\n"
+         "Commands:\n"
+         "  create [CREATE OPTION]...            create a sandbox, print its "
+         "record\n"
+         "  exec [EXEC OPTION]... ID -- CMD...   run CMD in sandbox ID\n"
+         "  exec ID --requests FILE|-            run JSON Lines requests in "
+         "order\n"
+         "  run [CREATE OPTION]... [--rm] [--attach] [--timeout S] -- CMD...\n"
+         "                                       create, exec (and remove)\n"
+         "  ps [--all] [--label K=V]...          list sandboxes\n"
+         "  inspect ID                           everything about a sandbox\n"
+         "  events [--follow] ID                 the sandbox's audit events\n"
+         "  rm [--force] ID...                   stop and remove sandboxes\n"
+         "  kill ID [SIGNAL]                     signal every process in it\n"
+         "\n"
+         "Create options (a flag overrides the same field of --spec):\n"
+         "      --backend=B        container (default) or fncall\n"
+         "      --cpus=N           CPU quota, in CPUs\n"
+         "      --disk=MB          size of the writable layer\n"
+         "      --env=K=V          environment variable (repeatable)\n"
+         "      --hide=PATH        make PATH invisible (repeatable)\n"
+         "      --idle-timeout=S   end the sandbox after S seconds without "
+         "exec\n"
+         "      --image=REF        the image (a name or sha256:digest)\n"
+         "      --label=K=V        label (repeatable)\n"
+         "      --layer=REF        a layer on top of the image (repeatable)\n"
+         "      --memory=MB        memory limit\n"
+         "      --mount=SRC:DST[:ro]  bind mount a host path (repeatable)\n"
+         "      --name=NAME        a name to use instead of the id\n"
+         "      --pids=N           process limit\n"
+         "      --protect=PATH     keep PATH readable but unchangeable "
+         "(repeatable)\n"
+         "      --spec=FILE        the sandbox spec as JSON (- for stdin)\n"
+         "      --ttl=S            end the sandbox after S seconds\n"
+         "      --user=UID:GID     user commands run as\n"
+         "      --workdir=DIR      working directory of commands\n"
+         "\n"
+         "Exec and run options:\n"
+         "      --attach           (run) stream output instead of printing "
+         "JSON\n"
+         "      --max-output=BYTES output kept per stream (default 1 MiB)\n"
+         "      --requests=FILE    exec requests as JSON Lines (- for stdin)\n"
+         "      --result=FILE      (run) also write the JSON result to FILE\n"
+         "      --rm               (run) remove the sandbox afterwards\n"
+         "      --seq=N            the request's sequence number\n"
+         "      --stdin=FILE       the command's standard input\n"
+         "      --timeout=S        kill the command after S seconds\n"
+         "\n"
+         "Other options:\n"
+         "      --all              (ps) include ended sandboxes\n"
+         "      --debug            print debug records on stderr\n"
+         "      --follow           (events) wait for more events\n"
+         "      --force            (rm) kill at once; a missing ID is no "
+         "error\n"
+         "  -h, --help             show this help and exit\n"
+         "      --log-format=FMT   diagnostics as text (default) or json\n"
+         "      --version          show the version and exit\n"
+         "\n"
+         "Exit status: 0 ok, 1 failed, 2 usage, 3 bad input; exec and run "
+         "pass the\ncommand's status through (128+N for signal N), with 124 "
+         "timed out, 125 dsec\nfailed, 126 cannot execute, 127 not found.\n",
+         p);
+}
+
+struct opts {
+  const char *verb;
+  json_t *spec;        /* flags as a spec fragment */
+  const char *spec_file;
+  json_t *exec;        /* exec request fields from flags */
+  const char *stdin_file;
+  const char *requests;
+  const char *result_file;
+  bool rm, attach, all, force, follow;
+  json_t *label_filter;
+  char **args;
+  int nargs;
+  char **cmd;
+  int ncmd;
+};
+
+static int set_uint(json_t *spec, const char *path, const char *arg,
+                    const char *opt, uint64_t max)
+{
+  uint64_t v;
+  if (dsec_parse_uint(arg, max, &v) < 0)
+    return dsec_usage_error("--%s takes a whole number up to %llu", opt,
+                            (unsigned long long) max);
+  dsec_spec_set(spec, path, json_integer((json_int_t) v));
+  return 0;
+}
+
+static int parse_kv(const char *arg, const char *opt, char **k, char **v)
+{
+  const char *eq = strchr(arg, '=');
+  if (!eq || eq == arg)
+    return dsec_usage_error("--%s takes KEY=VALUE", opt);
+  *k = xstrndup(arg, (size_t) (eq - arg));
+  *v = xstrdup(eq + 1);
+  return 0;
+}
+
+static const char *const verbs[] = { "create", "exec", "run",  "ps",
+                                     "inspect", "events", "rm", "kill",
+                                     NULL };
+
+/* Which verbs an option belongs to. */
+static bool option_ok(const char *verb, int opt)
+{
+  bool create = strcmp(verb, "create") == 0 || strcmp(verb, "run") == 0;
+  switch (opt) {
+  case OPT_SPEC: case OPT_IMAGE: case OPT_LAYER: case OPT_BACKEND:
+  case OPT_CPUS: case OPT_MEMORY: case OPT_PIDS: case OPT_DISK:
+  case OPT_MOUNT: case OPT_PROTECT: case OPT_HIDE: case OPT_USER:
+  case OPT_TTL: case OPT_IDLE_TIMEOUT: case OPT_NAME:
+    return create;
+  case OPT_LABEL:
+    return create || strcmp(verb, "ps") == 0;
+  case OPT_ENV: case OPT_WORKDIR: case OPT_TIMEOUT: case OPT_MAX_OUTPUT:
+  case OPT_STDIN: case OPT_SEQ:
+    return create || strcmp(verb, "exec") == 0;
+  case OPT_REQUESTS:
+    return strcmp(verb, "exec") == 0;
+  case OPT_RM: case OPT_ATTACH: case OPT_RESULT:
+    return strcmp(verb, "run") == 0;
+  case OPT_ALL:
+    return strcmp(verb, "ps") == 0;
+  case OPT_FORCE:
+    return strcmp(verb, "rm") == 0;
+  case OPT_FOLLOW:
+    return strcmp(verb, "events") == 0;
+  default:
+    return true;
+  }
+}
+
+static int parse(int argc, char **argv, struct opts *o, bool *exit_now)
+{
+  int opt, status = 0;
+  int first = 1;
+
+  /* global options, then the verb */
+  while (first < argc && argv[first][0] == '-' && strcmp(argv[first], "--")) {
+    const char *a = argv[first];
+    if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
+      help();
+      *exit_now = true;
+      return 0;
+    }
+    if (strcmp(a, "--version") == 0) {
+      printf("%s %s\n", dsec_log_prog(), PACKAGE_VERSION);
+      *exit_now = true;
+      return 0;
+    }
+    if (strcmp(a, "--debug") == 0)
+      dsec_log_set_debug(true);
+    else if (dsec_str_has_prefix(a, "--log-format=")) {
+      if (dsec_log_set_format_name(a + 13) < 0)
+        return dsec_usage_error("unknown log format `%s`", a + 13);
+    } else if (strcmp(a, "--log-format") == 0 && first + 1 < argc) {
+      if (dsec_log_set_format_name(argv[++first]) < 0)
+        return dsec_usage_error("unknown log format `%s`", argv[first]);
+    } else
+      return dsec_usage_error("unknown option `%s` before the command", a);
+    first++;
+  }
+  if (first >= argc)
+    return dsec_usage_error("missing COMMAND");
+  o->verb = argv[first];
+  {
+    bool known = false;
+    for (const char *const *v = verbs; *v; v++)
+      known |= strcmp(*v, o->verb) == 0;
+    if (!known)
+      return dsec_usage_error("unknown command `%s`", o->verb);
+  }
+
+  o->spec = json_object();
+  o->exec = json_object();
+  o->label_filter = json_object();
+  /* the command after "--" is not ours to parse: options are looked for
+   * only before it (getopt would move "--" when it permutes) */
+  {
+    int dd = first + 1;
+    while (dd < argc && strcmp(argv[dd], "--") != 0)
+      dd++;
+    if (dd < argc) {
+      o->cmd = argv + dd + 1;
+      o->ncmd = argc - dd - 1;
+    }
+    argc = dd;
+  }
+  optind = first + 1;
+  while ((opt = getopt_long(argc, argv, "h", long_options, NULL)) != -1) {
+    char *k = NULL, *v = NULL;
+    if (dsec_cli_common_option(opt, optarg, help, exit_now, &status)) {
+      if (*exit_now)
+        return status;
+      continue;
+    }
+    if (opt == '?')
+      return DSEC_EXIT_USAGE;
+    if (!option_ok(o->verb, opt)) {
+      for (const struct option *lo = long_options; lo->name; lo++)
+        if (lo->val == opt)
+          return dsec_usage_error("%s: option --%s does not apply", o->verb,
+                                  lo->name);
+    }
+    switch (opt) {
+    case OPT_SPEC:
+      o->spec_file = optarg;
+      break;
+    case OPT_IMAGE:
+      dsec_spec_set(o->spec, "image", json_string(optarg));
+      break;
+    case OPT_LAYER:
+      dsec_spec_append(o->spec, "layers", json_string(optarg));
+      break;
+    case OPT_BACKEND:
+      dsec_spec_set(o->spec, "backend", json_string(optarg));
+      break;
+    case OPT_CPUS: {
+      char *end;
+      double c = strtod(optarg, &end);
+      if (*end || !(c > 0) || c > 4096)
+        return dsec_usage_error("--cpus takes a number above 0");
+      dsec_spec_set(o->spec, "resources.cpus", json_real(c));
+      break;
+    }
+    case OPT_MEMORY:
+      if (set_uint(o->spec, "resources.memory_mb", optarg, "memory", 1 << 24))
+        return DSEC_EXIT_USAGE;
+      break;
+    case OPT_PIDS:
+      if (set_uint(o->spec, "resources.pids", optarg, "pids", 1 << 22))
+        return DSEC_EXIT_USAGE;
+      break;
+    case OPT_DISK:
+      if (set_uint(o->spec, "resources.disk_mb", optarg, "disk", 1 << 24))
+        return DSEC_EXIT_USAGE;
+      break;
+    case OPT_MOUNT: {
+      _cleanup_error_ struct dsec_error *e = NULL;
+      json_t *m = dsec_parse_mount(optarg, &e);
+      if (!m)
+        return dsec_usage_error("%s", e->msg);
+      dsec_spec_append(o->spec, "mounts", m);
+      break;
+    }
+    case OPT_PROTECT:
+      dsec_spec_append(o->spec, "protect", json_string(optarg));
+      break;
+    case OPT_HIDE:
+      dsec_spec_append(o->spec, "hide", json_string(optarg));
+      break;
+    case OPT_ENV:
+      if (parse_kv(optarg, "env", &k, &v))
+        return DSEC_EXIT_USAGE;
+      if (strcmp(o->verb, "exec") == 0) {
+        json_t *env = json_object_get(o->exec, "env");
+        if (!env)
+          json_object_set_new(o->exec, "env", env = json_object());
+        json_object_set_new(env, k, json_string(v));
+      } else {
+        json_t *env = json_object_get(o->spec, "env");
+        if (!env)
+          json_object_set_new(o->spec, "env", env = json_object());
+        json_object_set_new(env, k, json_string(v));
+      }
+      free(k);
+      free(v);
+      break;
+    case OPT_WORKDIR:
+      if (strcmp(o->verb, "exec") == 0)
+        json_object_set_new(o->exec, "workdir", json_string(optarg));
+      else
+        dsec_spec_set(o->spec, "workdir", json_string(optarg));
+      break;
+    case OPT_USER:
+      dsec_spec_set(o->spec, "user", json_string(optarg));
+      break;
+    case OPT_LABEL:
+      if (parse_kv(optarg, "label", &k, &v))
+        return DSEC_EXIT_USAGE;
+      if (strcmp(o->verb, "ps") == 0)
+        json_object_set_new(o->label_filter, k, json_string(v));
+      else {
+        json_t *l = json_object_get(o->spec, "labels");
+        if (!l)
+          json_object_set_new(o->spec, "labels", l = json_object());
+        json_object_set_new(l, k, json_string(v));
+      }
+      free(k);
+      free(v);
+      break;
+    case OPT_TTL:
+      if (set_uint(o->spec, "ttl_s", optarg, "ttl", INT32_MAX))
+        return DSEC_EXIT_USAGE;
+      break;
+    case OPT_IDLE_TIMEOUT:
+      if (set_uint(o->spec, "idle_timeout_s", optarg, "idle-timeout", INT32_MAX))
+        return DSEC_EXIT_USAGE;
+      break;
+    case OPT_NAME:
+      dsec_spec_set(o->spec, "name", json_string(optarg));
+      break;
+    case OPT_SEQ:
+      if (set_uint(o->exec, "seq", optarg, "seq", INT64_MAX >> 1))
+        return DSEC_EXIT_USAGE;
+      break;
+    case OPT_TIMEOUT: {
+      char *end;
+      double t = strtod(optarg, &end);
+      if (*end || !(t >= 0) || t > 1e9)
+        return dsec_usage_error("--timeout takes seconds (a number)");
+      json_object_set_new(o->exec, "timeout_s", json_real(t));
+      break;
+    }
+    case OPT_MAX_OUTPUT: {
+      uint64_t b;
+      if (dsec_parse_size(optarg, &b) < 0 || b > (1ULL << 30))
+        return dsec_usage_error("--max-output takes a size up to 1G");
+      json_object_set_new(o->exec, "max_output_bytes", json_integer((json_int_t) b));
+      break;
+    }
+    case OPT_STDIN:
+      o->stdin_file = optarg;
+      break;
+    case OPT_REQUESTS:
+      o->requests = optarg;
+      break;
+    case OPT_RM:
+      o->rm = true;
+      break;
+    case OPT_ATTACH:
+      o->attach = true;
+      break;
+    case OPT_RESULT:
+      o->result_file = optarg;
+      break;
+    case OPT_ALL:
+      o->all = true;
+      break;
+    case OPT_FORCE:
+      o->force = true;
+      break;
+    case OPT_FOLLOW:
+      o->follow = true;
+      break;
+    default:
+      return DSEC_EXIT_USAGE;
+    }
+  }
+  o->args = argv + optind;
+  o->nargs = argc - optind;
+  /* every combination is checked before any work */
+  if (strcmp(o->verb, "create") == 0 && (o->nargs || o->cmd))
+    return dsec_usage_error("create takes no arguments");
+  if (strcmp(o->verb, "run") == 0 && (o->nargs || o->ncmd == 0))
+    return dsec_usage_error("run: give the command after --");
+  if (strcmp(o->verb, "exec") == 0) {
+    if (o->nargs != 1)
+      return dsec_usage_error("exec: give one sandbox ID");
+    if (!o->requests == (o->ncmd == 0))
+      return dsec_usage_error("exec: give either -- CMD... or --requests");
+    if (o->requests && json_object_size(o->exec))
+      return dsec_usage_error("exec: --requests carries its own fields");
+  }
+  if ((strcmp(o->verb, "inspect") == 0 || strcmp(o->verb, "events") == 0) &&
+      o->nargs != 1)
+    return dsec_usage_error("%s: give one sandbox ID", o->verb);
+  if (strcmp(o->verb, "rm") == 0 && o->nargs < 1)
+    return dsec_usage_error("rm: give at least one sandbox ID");
+  if (strcmp(o->verb, "kill") == 0 && (o->nargs < 1 || o->nargs > 2))
+    return dsec_usage_error("kill: give ID [SIGNAL]");
+  if (strcmp(o->verb, "ps") == 0 && o->nargs)
+    return dsec_usage_error("ps takes no arguments");
+  if (o->cmd && strcmp(o->verb, "exec") && strcmp(o->verb, "run"))
+    return dsec_usage_error("%s takes no command", o->verb);
+  return 0;
+}
+
+/* ---- create */
+
+static json_t *build_spec(struct opts *o, struct dsec_error **err)
+{
+  json_t *spec;
+  if (o->spec_file) {
+    spec = dsec_json_load_path(o->spec_file, DSEC_SPEC_MAX, err);
+    if (!spec)
+      return NULL;
+    if (!json_is_object(spec)) {
+      json_decref(spec);
+      dsec_bad_input(err, "spec: must be a JSON object");
+      return NULL;
+    }
+  } else
+    spec = json_object();
+  /* flags override the spec; list flags add to its lists */
+  {
+    const char *k;
+    json_t *v;
+    json_object_foreach(o->spec, k, v)
+    {
+      json_t *cur = json_object_get(spec, k);
+      if (json_is_object(v) && json_is_object(cur))
+        json_object_update(cur, v);
+      else if (json_is_array(v) && json_is_array(cur))
+        json_array_extend(cur, v);
+      else
+        json_object_set(spec, k, v);
+    }
+  }
+  if (dsec_spec_validate(spec, err) < 0) {
+    json_decref(spec);
+    return NULL;
+  }
+  return spec;
+}
+
+static json_t *sandbox_record(const char *id, json_t *st)
+{
+  json_t *r = json_pack("{s:s, s:s}", "type", "sandbox", "id", id);
+  static const char *const keys[] = { "name",    "state",   "backend",
+                                      "created", "ended",   "cause",
+                                      "init_pid", "supervisor_pid", NULL };
+  for (const char *const *k = keys; *k; k++) {
+    json_t *v = json_object_get(st, *k);
+    if (v)
+      json_object_set(r, *k, v);
+  }
+  return r;
+}
+
+static void remove_sandbox_files(const char *id, json_t *spec)
+{
+  _cleanup_free_ char *dir = dsec_sandbox_dir(id);
+  _cleanup_free_ char *run = dsec_sandbox_run_dir(id);
+  _cleanup_error_ struct dsec_error *e = NULL;
+  const char *name = json_string_value(json_object_get(spec, "name"));
+
+  if (dsec_rm_rf_at(AT_FDCWD, dir, &e) < 0)
+    dsec_warn("%s", e->msg);
+  dsec_error_free(steal_pointer(&e));
+  dsec_rm_rf_at(AT_FDCWD, run, &e);
+  if (name)
+    dsec_sandbox_name_release(name, id);
+}
+
+/* Creates the sandbox; *id gets its id. */
+static int do_create(struct opts *o, char **id_out, json_t **record,
+                     struct dsec_error **err)
+{
+  _cleanup_json_ json_t *spec = build_spec(o, err);
+  _cleanup_json_ json_t *env = NULL;
+  _cleanup_free_ char *id = NULL;
+  _cleanup_free_ char *dir = NULL;
+  struct dsec_store *store = NULL;
+  char **layers = NULL;
+  size_t n_layers = 0;
+  const char *backend;
+  int ret = -1, pfd[2] = { -1, -1 };
+  pid_t pid;
+
+  if (!spec)
+    return -1;
+  backend = json_string_value(json_object_get(spec, "backend"));
+  if (strcmp(backend, "container") != 0 && strcmp(backend, "fncall") != 0)
+    return dsec_bad_input(err, "backend `%s` is served by dsec-vm", backend);
+  if (geteuid() != 0)
+    return dsec_fail(err, EPERM, "%s needs root here: it maps the sandbox's "
+                                 "users with idmapped mounts",
+                     dsec_log_prog());
+  {
+    json_t *m;
+    size_t i;
+    json_array_foreach(json_object_get(spec, "mounts"), i, m)
+    {
+      struct stat st;
+      const char *src = json_string_value(json_object_get(m, "source"));
+      if (stat(src, &st) < 0)
+        return dsec_error_set(err, DSEC_EXIT_INPUT, errno,
+                              "mount source %s", src);
+    }
+  }
+
+  /* the environment: compose and materialise the layers */
+  if (dsec_store_open(&store, err) < 0)
+    return -1;
+  {
+    json_t *ls = json_object_get(spec, "layers");
+    size_t n = json_array_size(ls);
+    const char **names = xzalloc(sizeof *names * (n + 1));
+    json_t *l;
+    size_t i;
+    for (i = 0; i < n; i++)
+      names[i] = json_string_value(json_array_get(ls, i));
+    env = dsec_compose(store, json_string_value(json_object_get(spec, "image")),
+                       names, n, err);
+    free(names);
+    if (!env)
+      goto out;
+    n_layers = json_array_size(json_object_get(env, "layers"));
+    layers = xzalloc(sizeof *layers * (n_layers + 1));
+    json_array_foreach(json_object_get(env, "layers"), i, l)
+    {
+      bool made;
+      if (dsec_layer_materialise(store,
+                                 json_string_value(json_object_get(l, "digest")),
+                                 DSEC_FORMAT_DIR, &layers[i], &made, err) < 0)
+        goto out;
+      json_object_set_new(l, "path", json_string(layers[i]));
+    }
+  }
+
+  /* the sandbox's directory, then its supervisor */
+  id = dsec_sandbox_new_id();
+  dir = dsec_sandbox_dir(id);
+  {
+    _cleanup_free_ char *parent = dsec_sandboxes_dir();
+    _cleanup_close_ int dfd = -1;
+    _cleanup_free_ char *now = dsec_time_rfc3339();
+    char *text;
+    json_t *st;
+    if (dsec_mkdir_p(AT_FDCWD, parent, 0711, err) < 0)
+      goto out;
+    if (mkdir(dir, 0700) < 0) {
+      dsec_fail(err, errno, "cannot create %s", dir);
+      goto out;
+    }
+    dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (json_object_get(spec, "name") &&
+        dsec_sandbox_name_claim(json_string_value(json_object_get(spec, "name")),
+                                id, err) < 0) {
+      json_object_del(spec, "name");
+      goto fail_dir;
+    }
+    text = json_dumps(spec, JSON_COMPACT | JSON_REAL_PRECISION(10));
+    ret = dsec_write_file_atomic(dfd, "spec.json", text, strlen(text), 0644, err);
+    free(text);
+    if (ret == 0) {
+      text = json_dumps(env, JSON_COMPACT);
+      ret = dsec_write_file_atomic(dfd, "environment.json", text, strlen(text),
+                                   0644, err);
+      free(text);
+    }
+    st = json_pack("{s:s, s:s, s:s, s:s, s:i, s:i}", "type", "sandbox", "id",
+                   id, "state", "creating", "created", now, "supervisor_pid", 0,
+                   "supervisor_start", 0);
+    if (ret == 0)
+      ret = dsec_sandbox_state_write(id, st, err);
+    json_decref(st);
+    if (ret < 0)
+      goto fail_dir;
+    ret = -1;
+  }
+  if (pipe2(pfd, O_CLOEXEC) < 0) {
+    dsec_fail(err, errno, "pipe");
+    goto fail_dir;
+  }
+  fflush(stdout);
+  fflush(stderr);
+  pid = fork();
+  if (pid < 0) {
+    dsec_fail(err, errno, "fork");
+    goto fail_dir;
+  }
+  if (pid == 0) {
+    struct dsec_container_opts co = {
+      .id = id, .spec = spec, .environment = env, .layers = layers,
+      .n_layers = n_layers, .ready_fd = pfd[1],
+    };
+    close(pfd[0]);
+    setsid();
+    /* the supervisor outlives us: it is the sandbox's owner, not a
+     * daemon (one per sandbox, gone with it) */
+    {
+      json_t *st = json_pack("{s:s, s:s, s:s, s:s, s:i, s:I}", "type",
+                             "sandbox", "id", id, "state", "creating",
+                             "created", "", "supervisor_pid", (int) getpid(),
+                             "supervisor_start",
+                             (json_int_t) dsec_process_starttime(getpid()));
+      _cleanup_error_ struct dsec_error *e = NULL;
+      dsec_sandbox_state_write(id, st, &e);
+      json_decref(st);
+    }
+    dsec_store_free(store);
+    dsec_supervisor_main(&co);
+  }
+  close(pfd[1]);
+  pfd[1] = -1;
+  {
+    _cleanup_free_ char *line = NULL;
+    _cleanup_json_ json_t *ready = NULL;
+    _cleanup_json_ json_t *st = NULL;
+    size_t len;
+    line = dsec_read_fd(pfd[0], 1 << 16, &len, err);
+    if (!line)
+      goto fail_dir;
+    ready = json_loadb(line, len, 0, NULL);
+    if (!ready) {
+      dsec_fail(err, 0, "the supervisor died while creating the sandbox");
+      kill(pid, SIGKILL);
+      goto fail_dir;
+    }
+    if (!json_is_true(json_object_get(ready, "ok"))) {
+      int status = (int) json_integer_value(json_object_get(ready, "status"));
+      dsec_error_set(err, status ? status : DSEC_EXIT_FAILURE,
+                     (int) json_integer_value(json_object_get(ready, "errno")),
+                     "%s", json_string_value(json_object_get(ready, "error")));
+      waitpid(pid, NULL, WNOHANG);
+      goto fail_dir;
+    }
+    st = dsec_sandbox_state_read(id, err);
+    if (!st)
+      goto out;
+    *record = sandbox_record(id, st);
+  }
+  *id_out = steal_pointer(&id);
+  ret = 0;
+  goto out;
+
+fail_dir:
+  remove_sandbox_files(id, spec);
+out:
+  if (pfd[0] >= 0)
+    close(pfd[0]);
+  if (pfd[1] >= 0)
+    close(pfd[1]);
+  for (size_t i = 0; layers && i < n_layers; i++)
+    free(layers[i]);
+  free(layers);
+  dsec_store_free(store);
+  return ret;
+}
+
+/* ---- exec */
+
+static int exit_status_of(json_t *res)
+{
+  const char *type = json_string_value(json_object_get(res, "type"));
+  json_int_t code = json_integer_value(json_object_get(res, "exit_code"));
+  if (type && strcmp(type, "error") == 0)
+    return code ? (int) code : DSEC_EXIT_INTERNAL;
+  if (code < 0 || code > 255)
+    return DSEC_EXIT_INTERNAL;
+  return (int) code;
+}
+
+static json_t *exec_request(struct opts *o, struct dsec_error **err)
+{
+  json_t *req = json_deep_copy(o->exec);
+  json_t *cmd = json_array();
+  for (int i = 0; i < o->ncmd; i++)
+    json_array_append_new(cmd, json_string(o->cmd[i]));
+  json_object_set_new(req, "cmd", cmd);
+  if (o->stdin_file) {
+    size_t len;
+    char *data = strcmp(o->stdin_file, "-") == 0
+                   ? dsec_read_fd(STDIN_FILENO, 64u << 20, &len, err)
+                   : dsec_read_file_at(AT_FDCWD, o->stdin_file, 64u << 20, &len,
+                                       err);
+    if (!data) {
+      json_decref(req);
+      return NULL;
+    }
+    json_object_set_new(req, "stdin", json_stringn(data, len));
+    free(data);
+    if (!json_object_get(req, "stdin")) {
+      json_decref(req);
+      dsec_bad_input(err, "--stdin: the input must be UTF-8 text");
+      return NULL;
+    }
+  }
+  return req;
+}
+
+static int connect_running(const char *id, struct dsec_conn **c,
+                           struct dsec_error **err)
+{
+  _cleanup_json_ json_t *st = dsec_sandbox_status(id, err);
+  const char *state;
+  if (!st)
+    return -1;
+  state = json_string_value(json_object_get(st, "state"));
+  if (!state || strcmp(state, "running") != 0)
+    return dsec_error_set(err, DSEC_EXIT_INTERNAL, 0,
+                          "sandbox %s is %s%s%s", id, state ? state : "unknown",
+                          json_object_get(st, "cause") ? ": " : "",
+                          json_object_get(st, "cause")
+                            ? json_string_value(json_object_get(st, "cause"))
+                            : "");
+  return dsec_conn_open(id, c, err);
+}
+
+static int exec_one(const char *id, json_t *req, json_t **res,
+                    struct dsec_error **err)
+{
+  struct dsec_conn *c = NULL;
+  int ret = connect_running(id, &c, err);
+  if (ret < 0) {
+    (*err)->status = (*err)->status == DSEC_EXIT_INPUT ? DSEC_EXIT_INPUT
+                                                      : DSEC_EXIT_INTERNAL;
+    return -1;
+  }
+  *res = dsec_conn_call(c, req, err);
+  dsec_conn_close(c);
+  if (!*res) {
+    (*err)->status = DSEC_EXIT_INTERNAL;
+    return -1;
+  }
+  return 0;
+}
+
+static int do_requests(const char *id, const char *file, int *status,
+                       struct dsec_error **err)
+{
+  FILE *in = strcmp(file, "-") == 0 ? stdin : fopen(file, "re");
+  struct dsec_conn *c = NULL;
+  char *line = NULL;
+  size_t cap = 0, sent = 0;
+  ssize_t n;
+  int ret = 0, lineno = 0;
+
+  if (!in)
+    return dsec_error_set(err, errno == ENOENT ? DSEC_EXIT_INPUT
+                                               : DSEC_EXIT_FAILURE,
+                          errno, "cannot open %s", file);
+  if (connect_running(id, &c, err) < 0) {
+    if (in != stdin)
+      fclose(in);
+    return -1;
+  }
+  /* one request at a time: the answer is printed before the next is read,
+   * so a trainer can stream requests through a pipe */
+  while ((n = getline(&line, &cap, in)) > 0) {
+    _cleanup_json_ json_t *req = NULL;
+    _cleanup_json_ json_t *res = NULL;
+    lineno++;
+    while (n > 0 && (line[n - 1] == '\n' || line[n - 1] == '\r'))
+      line[--n] = '\0';
+    if (n == 0)
+      continue;
+    req = dsec_json_parse(line, (size_t) n, "request", err);
+    if (!req || !json_is_object(req)) {
+      if (req)
+        dsec_bad_input(err, "request: must be a JSON object");
+      dsec_error_wrap(err, "%s line %d", file, lineno);
+      ret = -1;
+      break;
+    }
+    res = dsec_conn_call(c, req, err);
+    if (!res) {
+      (*err)->status = DSEC_EXIT_INTERNAL;
+      ret = -1;
+      break;
+    }
+    sent++;
+    *status = exit_status_of(res);
+    if (dsec_json_print(res, err) < 0) {
+      ret = -1;
+      break;
+    }
+  }
+  free(line);
+  dsec_conn_close(c);
+  if (in != stdin)
+    fclose(in);
+  return ret;
+}
+
+/* ---- rm, kill, ps, inspect, events */
+
+static int stop_sandbox(const char *id, bool force, struct dsec_error **err)
+{
+  _cleanup_json_ json_t *st = dsec_sandbox_status(id, err);
+  _cleanup_json_ json_t *spec = NULL;
+  _cleanup_free_ char *dir = dsec_sandbox_dir(id);
+  const char *state;
+  pid_t sup;
+  uint64_t start;
+
+  if (!st)
+    return -1;
+  state = json_string_value(json_object_get(st, "state"));
+  sup = (pid_t) json_integer_value(json_object_get(st, "supervisor_pid"));
+  start = (uint64_t) json_integer_value(json_object_get(st, "supervisor_start"));
+  if (dsec_process_alive(sup, start)) {
+    if (!force && state && strcmp(state, "running") == 0) {
+      struct dsec_conn *c = NULL;
+      _cleanup_error_ struct dsec_error *e = NULL;
+      if (dsec_conn_open(id, &c, &e) == 0) {
+        json_t *req = json_pack("{s:s}", "op", "shutdown");
+        json_t *r = dsec_conn_call(c, req, &e);
+        json_decref(req);
+        json_decref(r);
+        dsec_conn_close(c);
+      }
+    }
+    /* wait for it, then make sure */
+    for (int i = 0; i < 1000 && dsec_process_alive(sup, start); i++) {
+      if (force || i == 500)
+        kill(sup, SIGKILL);
+      usleep(i < 50 ? 1000 : 10000);
+    }
+    if (dsec_process_alive(sup, start))
+      return dsec_fail(err, EBUSY, "the supervisor of %s does not stop", id);
+    json_decref(st);
+    st = dsec_sandbox_state_read(id, err);
+    if (!st)
+      return -1;
+  }
+  /* whatever a dead supervisor left: processes, cgroups */
+  {
+    struct dsec_cgroup *cg = dsec_cgroup_from_json(json_object_get(st, "cgroup"));
+    _cleanup_error_ struct dsec_error *e = NULL;
+    int r = dsec_cgroup_destroy(cg, &e);
+    dsec_cgroup_free(cg);
+    if (r < 0)
+      return dsec_fail(err, e->errnum, "%s", e->msg);
+  }
+  {
+    _cleanup_free_ char *path = xasprintf("%s/spec.json", dir);
+    _cleanup_free_ char *buf = dsec_read_file_at(AT_FDCWD, path, DSEC_SPEC_MAX,
+                                                 NULL, NULL);
+    spec = buf ? json_loads(buf, 0, NULL) : NULL;
+  }
+  remove_sandbox_files(id, spec);
+  return 0;
+}
+
+static int do_rm(struct opts *o, struct dsec_error **err)
+{
+  int ret = 0;
+  for (int i = 0; i < o->nargs; i++) {
+    _cleanup_error_ struct dsec_error *e = NULL;
+    _cleanup_free_ char *id = dsec_sandbox_resolve(o->args[i], &e);
+    if (!id) {
+      if (o->force)
+        continue;
+      if (!*err)
+        *err = steal_pointer(&e);
+      ret = -1;
+      continue;
+    }
+    if (stop_sandbox(id, o->force, &e) < 0) {
+      if (!*err)
+        *err = steal_pointer(&e);
+      ret = -1;
+      continue;
+    }
+    if (dsec_json_print_new(json_pack("{s:s, s:s}", "type", "removed", "id",
+                                      id), err) < 0)
+      return -1;
+  }
+  return ret;
+}
+
+static int parse_signal(const char *s)
+{
+  static const struct {
+    const char *name;
+    int sig;
+  } sigs[] = { { "HUP", SIGHUP },   { "INT", SIGINT },   { "QUIT", SIGQUIT },
+               { "KILL", SIGKILL }, { "USR1", SIGUSR1 }, { "USR2", SIGUSR2 },
+               { "TERM", SIGTERM }, { "CONT", SIGCONT }, { "STOP", SIGSTOP },
+               { "ALRM", SIGALRM } };
+  uint64_t n;
+  if (dsec_str_has_prefix(s, "SIG"))
+    s += 3;
+  for (size_t i = 0; i < ARRAY_SIZE(sigs); i++)
+    if (strcasecmp(s, sigs[i].name) == 0)
+      return sigs[i].sig;
+  if (dsec_parse_uint(s, NSIG - 1, &n) == 0 && n > 0)
+    return (int) n;
+  return -1;
+}
+
+static int do_kill(struct opts *o, struct dsec_error **err)
+{
+  _cleanup_free_ char *id = dsec_sandbox_resolve(o->args[0], err);
+  struct dsec_conn *c = NULL;
+  int sig = o->nargs > 1 ? parse_signal(o->args[1]) : SIGKILL;
+  json_t *req, *res;
+
+  if (sig < 0)
+    return dsec_error_set(err, DSEC_EXIT_USAGE, 0, "unknown signal `%s`",
+                          o->args[1]);
+  if (!id || connect_running(id, &c, err) < 0)
+    return -1;
+  req = json_pack("{s:s, s:i}", "op", "kill", "signal", sig);
+  res = dsec_conn_call(c, req, err);
+  json_decref(req);
+  dsec_conn_close(c);
+  if (!res)
+    return -1;
+  return dsec_json_print_new(res, err);
+}
+
+static json_t *read_json_in(const char *id, const char *file)
+{
+  _cleanup_free_ char *dir = dsec_sandbox_dir(id);
+  _cleanup_free_ char *path = xasprintf("%s/%s", dir, file);
+  _cleanup_free_ char *buf = dsec_read_file_at(AT_FDCWD, path, 16u << 20, NULL,
+                                               NULL);
+  return buf ? json_loads(buf, 0, NULL) : NULL;
+}
+
+static bool labels_match(json_t *spec, json_t *filter)
+{
+  json_t *labels = json_object_get(spec, "labels");
+  const char *k;
+  json_t *want;
+  json_object_foreach(filter, k, want)
+  {
+    json_t *have = json_object_get(labels, k);
+    _cleanup_free_ char *text = NULL;
+    if (!have)
+      return false;
+    text = json_is_string(have) ? xstrdup(json_string_value(have))
+                                : json_dumps(have, JSON_ENCODE_ANY);
+    if (strcmp(text, json_string_value(want)) != 0)
+      return false;
+  }
+  return true;
+}
+
+static int do_ps(struct opts *o, struct dsec_error **err)
+{
+  _cleanup_json_ json_t *ids = dsec_sandbox_list(err);
+  json_t *v;
+  size_t i;
+
+  if (!ids)
+    return -1;
+  json_array_foreach(ids, i, v)
+  {
+    const char *id = json_string_value(v);
+    _cleanup_error_ struct dsec_error *e = NULL;
+    _cleanup_json_ json_t *st = dsec_sandbox_status(id, &e);
+    _cleanup_json_ json_t *spec = read_json_in(id, "spec.json");
+    const char *state;
+    json_t *rec;
+    if (!st)
+      continue; /* being created or removed right now */
+    state = json_string_value(json_object_get(st, "state"));
+    if (!o->all && state && strcmp(state, "running") != 0 &&
+        strcmp(state, "creating") != 0 && strcmp(state, "suspended") != 0)
+      continue;
+    if (!labels_match(spec, o->label_filter))
+      continue;
+    rec = sandbox_record(id, st);
+    json_object_set(rec, "image", json_object_get(spec, "image"));
+    json_object_set(rec, "labels", json_object_get(spec, "labels"));
+    if (dsec_json_print_new(rec, err) < 0)
+      return -1;
+  }
+  return 0;
+}
+
+static int do_inspect(struct opts *o, struct dsec_error **err)
+{
+  _cleanup_free_ char *id = dsec_sandbox_resolve(o->args[0], err);
+  json_t *st, *rec;
+
+  if (!id)
+    return -1;
+  st = dsec_sandbox_status(id, err);
+  if (!st)
+    return -1;
+  rec = json_copy(st);
+  json_decref(st);
+  json_object_set_new(rec, "type", json_string("sandbox"));
+  json_object_set_new(rec, "spec", read_json_in(id, "spec.json"));
+  json_object_set_new(rec, "environment", read_json_in(id, "environment.json"));
+  {
+    json_t *spec = json_object_get(rec, "spec");
+    json_object_set(rec, "limits", json_object_get(spec, "resources"));
+  }
+  if (strcmp(json_string_value(json_object_get(rec, "state")), "running") == 0) {
+    struct dsec_conn *c = NULL;
+    _cleanup_error_ struct dsec_error *e = NULL;
+    if (dsec_conn_open(id, &c, &e) == 0) {
+      json_t *req = json_pack("{s:s}", "op", "status");
+      json_t *live = dsec_conn_call(c, req, &e);
+      json_decref(req);
+      if (live) {
+        json_object_set(rec, "memory_bytes", json_object_get(live, "memory_bytes"));
+        json_object_set(rec, "execs_running",
+                        json_object_get(live, "execs_running"));
+        json_decref(live);
+      }
+      dsec_conn_close(c);
+    }
+  }
+  {
+    _cleanup_free_ char *dir = dsec_sandbox_dir(id);
+    json_object_set_new(rec, "dir", json_string(dir));
+  }
+  return dsec_json_print_new(rec, err);
+}
+
+static int do_events(struct opts *o, struct dsec_error **err)
+{
+  _cleanup_free_ char *id = dsec_sandbox_resolve(o->args[0], err);
+  _cleanup_free_ char *dir = NULL;
+  _cleanup_free_ char *path = NULL;
+  _cleanup_close_ int fd = -1;
+  char buf[65536];
+
+  if (!id)
+    return -1;
+  dir = dsec_sandbox_dir(id);
+  path = xasprintf("%s/events.jsonl", dir);
+  fd = open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0 && errno != ENOENT)
+    return dsec_fail(err, errno, "cannot open %s", path);
+  for (;;) {
+    ssize_t n = fd >= 0 ? read(fd, buf, sizeof buf) : 0;
+    if (n < 0) {
+      if (errno == EINTR)
+        continue;
+      return dsec_fail(err, errno, "cannot read %s", path);
+    }
+    if (n > 0) {
+      if (dsec_write_all(STDOUT_FILENO, buf, (size_t) n, err) < 0)
+        return -1;
+      continue;
+    }
+    if (!o->follow)
+      return 0;
+    {
+      /* follow until the sandbox has ended and everything is read */
+      _cleanup_error_ struct dsec_error *e = NULL;
+      _cleanup_json_ json_t *st = dsec_sandbox_status(id, &e);
+      const char *state = st ? json_string_value(json_object_get(st, "state"))
+                             : NULL;
+      if (!state || (strcmp(state, "running") != 0 &&
+                     strcmp(state, "creating") != 0 &&
+                     strcmp(state, "suspended") != 0)) {
+        if (fd >= 0)
+          while ((n = read(fd, buf, sizeof buf)) > 0)
+            if (dsec_write_all(STDOUT_FILENO, buf, (size_t) n, err) < 0)
+              return -1;
+        return 0;
+      }
+    }
+    if (fd < 0)
+      fd = open(path, O_RDONLY | O_CLOEXEC);
+    usleep(100000);
+  }
+}
+
+/* ---- run */
+
+static int write_result_file(const char *file, json_t *res,
+                             struct dsec_error **err)
+{
+  _cleanup_free_ char *text = json_dumps(res, JSON_COMPACT);
+  _cleanup_free_ char *line = xasprintf("%s\n", text);
+  return dsec_write_file_atomic(AT_FDCWD, file, line, strlen(line), 0644, err);
+}
+
+static int do_run(struct opts *o, int *status, struct dsec_error **err)
+{
+  _cleanup_free_ char *id = NULL;
+  _cleanup_json_ json_t *rec = NULL;
+  _cleanup_json_ json_t *req = NULL;
+  json_t *res = NULL;
+  int ret;
+
+  req = exec_request(o, err);
+  if (!req)
+    return -1;
+  if (do_create(o, &id, &rec, err) < 0) {
+    if ((*err)->status == DSEC_EXIT_FAILURE)
+      (*err)->status = DSEC_EXIT_INTERNAL;
+    return -1;
+  }
+  ret = exec_one(id, req, &res, err);
+  if (ret == 0) {
+    *status = exit_status_of(res);
+    if (o->result_file && write_result_file(o->result_file, res, err) < 0)
+      ret = -1;
+    if (ret == 0 && o->attach) {
+      /* a person at a terminal: the command's output, not JSON */
+      json_t *out = json_object_get(res, "stdout");
+      json_t *er = json_object_get(res, "stderr");
+      const char *type = json_string_value(json_object_get(res, "type"));
+      if (type && strcmp(type, "error") == 0)
+        dsec_log(DSEC_LOG_ERROR, 0, "%s",
+                 json_string_value(json_object_get(res, "error")));
+      dsec_write_all(STDOUT_FILENO, json_string_value(out) ? json_string_value(out) : "",
+                     json_string_length(out), NULL);
+      dsec_write_all(STDERR_FILENO, json_string_value(er) ? json_string_value(er) : "",
+                     json_string_length(er), NULL);
+    } else if (ret == 0)
+      ret = dsec_json_print(res, err);
+    json_decref(res);
+  }
+  if (o->rm) {
+    _cleanup_error_ struct dsec_error *e = NULL;
+    if (stop_sandbox(id, false, &e) < 0 && ret == 0) {
+      *err = steal_pointer(&e);
+      ret = -1;
+    }
+  }
+  return ret;
+}
+
+int dsec_runcmd_main(int argc, char **argv)
+{
+  struct dsec_error *err = NULL;
+  struct opts o = { 0 };
+  bool exit_now = false;
+  int status, ret = 0, cmd_status = 0;
+  bool passes_status = false;
+
+  dsec_cli_init(argc, argv);
+  signal(SIGPIPE, SIG_IGN);
+  status = parse(argc, argv, &o, &exit_now);
+  if (status || exit_now)
+    goto done;
+
+  if (strcmp(o.verb, "create") == 0) {
+    _cleanup_free_ char *id = NULL;
+    json_t *rec = NULL;
+    ret = do_create(&o, &id, &rec, &err);
+    if (ret == 0)
+      ret = dsec_json_print_new(rec, &err);
+  } else if (strcmp(o.verb, "exec") == 0) {
+    _cleanup_free_ char *id = dsec_sandbox_resolve(o.args[0], &err);
+    passes_status = true;
+    if (!id)
+      ret = -1;
+    else if (o.requests)
+      ret = do_requests(id, o.requests, &cmd_status, &err);
+    else {
+      _cleanup_json_ json_t *req = exec_request(&o, &err);
+      json_t *res = NULL;
+      ret = req ? exec_one(id, req, &res, &err) : -1;
+      if (ret == 0) {
+        cmd_status = exit_status_of(res);
+        ret = dsec_json_print_new(res, &err);
+      }
+    }
+  } else if (strcmp(o.verb, "run") == 0) {
+    passes_status = true;
+    ret = do_run(&o, &cmd_status, &err);
+  } else if (strcmp(o.verb, "ps") == 0)
+    ret = do_ps(&o, &err);
+  else if (strcmp(o.verb, "inspect") == 0)
+    ret = do_inspect(&o, &err);
+  else if (strcmp(o.verb, "events") == 0)
+    ret = do_events(&o, &err);
+  else if (strcmp(o.verb, "rm") == 0)
+    ret = do_rm(&o, &err);
+  else if (strcmp(o.verb, "kill") == 0)
+    ret = do_kill(&o, &err);
+
+  if (ret < 0) {
+    status = dsec_cli_error(steal_pointer(&err));
+    /* exec and run: a failure of dsec itself is 125, bad input stays 3 */
+    if (passes_status && status == DSEC_EXIT_FAILURE)
+      status = DSEC_EXIT_INTERNAL;
+  } else
+    status = passes_status ? cmd_status : 0;
+done:
+  json_decref(o.spec);
+  json_decref(o.exec);
+  json_decref(o.label_filter);
+  return dsec_cli_finish(status);
+}

@@ -1,0 +1,9 @@
+/* The front end shared by dsec-run and dsec-vm: every verb, its options
+ * and its JSON output.  A program's main() only says which backends it
+ * serves. */
+#ifndef DSEC_RUNCMD_H
+#define DSEC_RUNCMD_H
+
+int dsec_runcmd_main(int argc, char **argv);
+
+#endif

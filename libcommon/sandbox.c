@@ -1,0 +1,349 @@
+#include <config.h>
+
+#include "sandbox.h"
+
+#include <ctype.h>
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "fsutil.h"
+#include "store.h"
+
+char *dsec_sandboxes_dir(void)
+{
+  _cleanup_free_ char *root = dsec_root_dir();
+  return xasprintf("%s/sandboxes", root);
+}
+
+char *dsec_sandbox_dir(const char *id)
+{
+  _cleanup_free_ char *root = dsec_root_dir();
+  return xasprintf("%s/sandboxes/%s", root, id);
+}
+
+char *dsec_sandbox_run_dir(const char *id)
+{
+  _cleanup_free_ char *run = dsec_run_dir();
+  return xasprintf("%s/%s", run, id);
+}
+
+char *dsec_sandbox_new_id(void)
+{
+  uint64_t r;
+  if (getrandom(&r, sizeof r, 0) != sizeof r)
+    r = ((uint64_t) getpid() << 32) ^ (uint64_t) dsec_now_ms();
+  return xasprintf("sb-%016llx", (unsigned long long) r);
+}
+
+bool dsec_sandbox_id_valid(const char *id)
+{
+  if (!id || strlen(id) != DSEC_ID_LEN || strncmp(id, "sb-", 3) != 0)
+    return false;
+  for (const char *p = id + 3; *p; p++)
+    if (!isxdigit((unsigned char) *p) || isupper((unsigned char) *p))
+      return false;
+  return true;
+}
+
+static char *names_dir(void)
+{
+  _cleanup_free_ char *root = dsec_root_dir();
+  return xasprintf("%s/names", root);
+}
+
+static bool name_valid(const char *n)
+{
+  size_t len = strlen(n);
+  if (len == 0 || len > 64 || !isalnum((unsigned char) n[0]))
+    return false;
+  for (size_t i = 0; i < len; i++)
+    if (!isalnum((unsigned char) n[i]) && n[i] != '_' && n[i] != '.' &&
+        n[i] != '-')
+      return false;
+  return true;
+}
+
+static char *name_lookup(const char *name)
+{
+  _cleanup_free_ char *dir = names_dir();
+  _cleanup_free_ char *path = NULL;
+  char *buf;
+  size_t len;
+
+  if (!name_valid(name))
+    return NULL;
+  path = xasprintf("%s/%s", dir, name);
+  buf = dsec_read_file_at(AT_FDCWD, path, 64, &len, NULL);
+  if (!buf)
+    return NULL;
+  buf[strcspn(buf, "\n")] = '\0';
+  if (!dsec_sandbox_id_valid(buf)) {
+    free(buf);
+    return NULL;
+  }
+  return buf;
+}
+
+int dsec_sandbox_name_claim(const char *name, const char *id,
+                            struct dsec_error **err)
+{
+  _cleanup_free_ char *dir = names_dir();
+  _cleanup_free_ char *path = NULL;
+  _cleanup_free_ char *tmp = NULL;
+  _cleanup_close_ int dfd = -1;
+  _cleanup_close_ int fd = -1;
+
+  if (!name_valid(name))
+    return dsec_bad_input(err, "invalid sandbox name `%s`", name);
+  dfd = dsec_open_dir_at(AT_FDCWD, dir, true, err);
+  if (dfd < 0)
+    return -1;
+  path = xasprintf("%s/%s", dir, name);
+  for (int tries = 0; tries < 2; tries++) {
+    /* link() of a complete temp file claims the name atomically */
+    fd = dsec_open_tmp_at(dfd, name, 0644, &tmp, err);
+    if (fd < 0)
+      return -1;
+    if (dsec_write_all(fd, id, strlen(id), err) < 0 || fsync(fd) < 0) {
+      unlinkat(dfd, tmp, 0);
+      return dsec_fail(err, errno, "cannot claim name %s", name);
+    }
+    if (linkat(dfd, tmp, dfd, name, 0) == 0) {
+      unlinkat(dfd, tmp, 0);
+      return dsec_fsync_dir(dfd, err);
+    }
+    unlinkat(dfd, tmp, 0);
+    free(steal_pointer(&tmp));
+    close(dsec_steal_fd(&fd));
+    if (errno != EEXIST)
+      return dsec_fail(err, errno, "cannot claim name %s", name);
+    {
+      /* a name whose sandbox is gone is free again */
+      _cleanup_free_ char *owner = name_lookup(name);
+      _cleanup_free_ char *sdir = owner ? dsec_sandbox_dir(owner) : NULL;
+      struct stat st;
+      if (owner && stat(sdir, &st) == 0)
+        return dsec_bad_input(err, "name `%s` is taken by %s", name, owner);
+      unlinkat(dfd, name, 0);
+    }
+  }
+  return dsec_bad_input(err, "name `%s` is taken", name);
+}
+
+void dsec_sandbox_name_release(const char *name, const char *id)
+{
+  _cleanup_free_ char *owner = name_lookup(name);
+  _cleanup_free_ char *dir = names_dir();
+  _cleanup_free_ char *path = NULL;
+
+  if (!owner || strcmp(owner, id) != 0)
+    return;
+  path = xasprintf("%s/%s", dir, name);
+  unlink(path);
+}
+
+char *dsec_sandbox_resolve(const char *arg, struct dsec_error **err)
+{
+  _cleanup_json_ json_t *all = NULL;
+  const char *hex = dsec_str_has_prefix(arg, "sb-") ? arg + 3 : arg;
+  char *found = NULL;
+  json_t *v;
+  size_t i;
+
+  if (dsec_sandbox_id_valid(arg)) {
+    _cleanup_free_ char *dir = dsec_sandbox_dir(arg);
+    struct stat st;
+    if (stat(dir, &st) == 0)
+      return xstrdup(arg);
+  }
+  found = name_lookup(arg);
+  if (found) {
+    _cleanup_free_ char *dir = dsec_sandbox_dir(found);
+    struct stat st;
+    if (stat(dir, &st) == 0)
+      return found;
+    free(found);
+    found = NULL;
+  }
+  if (strlen(hex) >= 4 && strlen(hex) <= 16 &&
+      strspn(hex, "0123456789abcdef") == strlen(hex)) {
+    all = dsec_sandbox_list(err);
+    if (!all)
+      return NULL;
+    json_array_foreach(all, i, v)
+    {
+      const char *id = json_string_value(v);
+      if (strncmp(id + 3, hex, strlen(hex)) != 0)
+        continue;
+      if (found) {
+        free(found);
+        dsec_bad_input(err, "`%s` matches more than one sandbox", arg);
+        return NULL;
+      }
+      found = xstrdup(id);
+    }
+    if (found)
+      return found;
+  }
+  dsec_bad_input(err, "no sandbox `%s`", arg);
+  return NULL;
+}
+
+json_t *dsec_sandbox_state_read(const char *id, struct dsec_error **err)
+{
+  _cleanup_free_ char *dir = dsec_sandbox_dir(id);
+  _cleanup_free_ char *path = xasprintf("%s/state.json", dir);
+  _cleanup_free_ char *buf = NULL;
+  size_t len;
+
+  buf = dsec_read_file_at(AT_FDCWD, path, 1 << 20, &len, err);
+  if (!buf)
+    return NULL;
+  return dsec_json_parse(buf, len, path, err);
+}
+
+int dsec_sandbox_state_write(const char *id, json_t *state,
+                             struct dsec_error **err)
+{
+  _cleanup_free_ char *dir = dsec_sandbox_dir(id);
+  _cleanup_close_ int dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  _cleanup_free_ char *text = NULL;
+
+  if (dfd < 0)
+    return dsec_fail(err, errno, "cannot open %s", dir);
+  text = json_dumps(state, JSON_COMPACT | JSON_REAL_PRECISION(10));
+  return dsec_write_file_atomic(dfd, "state.json", text, strlen(text), 0644,
+                                err);
+}
+
+uint64_t dsec_process_starttime(pid_t pid)
+{
+  char path[64], buf[1024];
+  _cleanup_close_ int fd = -1;
+  ssize_t n;
+  char *p;
+  unsigned long long start = 0;
+
+  snprintf(path, sizeof path, "/proc/%d/stat", (int) pid);
+  fd = open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0)
+    return 0;
+  n = read(fd, buf, sizeof buf - 1);
+  if (n <= 0)
+    return 0;
+  buf[n] = '\0';
+  /* the command name may hold spaces and parentheses: skip to the last ')' */
+  p = strrchr(buf, ')');
+  if (!p)
+    return 0;
+  /* field 3 (state) follows; start time is field 22 */
+  if (sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %*u %*u "
+                    "%*d %*d %*d %*d %*d %*d %llu",
+             &start) != 1)
+    return 0;
+  if (p[2] == 'Z' || p[2] == 'X')
+    return 0; /* a zombie is dead for our purposes */
+  return start;
+}
+
+bool dsec_process_alive(pid_t pid, uint64_t starttime)
+{
+  return pid > 0 && starttime && dsec_process_starttime(pid) == starttime;
+}
+
+json_t *dsec_sandbox_status(const char *id, struct dsec_error **err)
+{
+  json_t *st = dsec_sandbox_state_read(id, err);
+  const char *state;
+  json_int_t pid, start;
+
+  if (!st)
+    return NULL;
+  state = json_string_value(json_object_get(st, "state"));
+  pid = json_integer_value(json_object_get(st, "supervisor_pid"));
+  start = json_integer_value(json_object_get(st, "supervisor_start"));
+  if (state && (strcmp(state, "running") == 0 ||
+                strcmp(state, "creating") == 0 ||
+                strcmp(state, "suspended") == 0 ||
+                strcmp(state, "stopping") == 0) &&
+      !dsec_process_alive((pid_t) pid, (uint64_t) start)) {
+    json_object_set_new(st, "state", json_string("died"));
+    if (!json_object_get(st, "cause"))
+      json_object_set_new(st, "cause", json_string("supervisor killed"));
+  }
+  return st;
+}
+
+static int cmp_json_str(const void *a, const void *b)
+{
+  return strcmp(json_string_value(*(json_t *const *) a),
+                json_string_value(*(json_t *const *) b));
+}
+
+json_t *dsec_sandbox_list(struct dsec_error **err)
+{
+  _cleanup_free_ char *dir = dsec_sandboxes_dir();
+  _cleanup_closedir_ DIR *d = opendir(dir);
+  json_t *out = json_array();
+  struct dirent *de;
+  json_t **v;
+  size_t n;
+
+  if (!d) {
+    if (errno == ENOENT)
+      return out;
+    json_decref(out);
+    dsec_fail(err, errno, "cannot read %s", dir);
+    return NULL;
+  }
+  while ((de = readdir(d)))
+    if (dsec_sandbox_id_valid(de->d_name))
+      json_array_append_new(out, json_string(de->d_name));
+  n = json_array_size(out);
+  if (n < 2)
+    return out;
+  v = xmalloc(sizeof *v * n);
+  for (size_t i = 0; i < n; i++)
+    v[i] = json_incref(json_array_get(out, i));
+  qsort(v, n, sizeof *v, cmp_json_str);
+  json_array_clear(out);
+  for (size_t i = 0; i < n; i++)
+    json_array_append_new(out, v[i]);
+  free(v);
+  return out;
+}
+
+int dsec_event_append(int fd, const char *id, json_t *event,
+                      struct dsec_error **err)
+{
+  _cleanup_free_ char *now = dsec_time_rfc3339();
+  _cleanup_close_ int own = -1;
+  json_t *rec = json_pack("{s:O, s:s, s:s}", "type",
+                          json_object_get(event, "type"), "time", now,
+                          "sandbox", id);
+  int ret;
+
+  json_object_update_missing(rec, event);
+  if (fd < 0) {
+    _cleanup_free_ char *dir = dsec_sandbox_dir(id);
+    _cleanup_free_ char *path = xasprintf("%s/events.jsonl", dir);
+    own = open(path, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0644);
+    if (own < 0) {
+      json_decref(rec);
+      return dsec_fail(err, errno, "cannot open %s", path);
+    }
+    fd = own;
+  }
+  /* one write per record: O_APPEND keeps concurrent writers' lines whole */
+  ret = dsec_json_write_line(fd, rec, err);
+  json_decref(rec);
+  return ret;
+}

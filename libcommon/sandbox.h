@@ -1,0 +1,66 @@
+/* Sandboxes on disk:
+ *
+ *   $DSEC_ROOT/sandboxes/<id>/   spec.json, environment.json, state.json,
+ *                                upper/ work/, trajectory.jsonl, events.jsonl
+ *   $DSEC_ROOT/names/<name>      the id a name stands for
+ *   $DSEC_RUN/<id>/              ctl.sock, and the mount points the
+ *                                supervisor uses in its own mount namespace
+ *
+ * state.json is written only by the sandbox's supervisor while it lives
+ * (atomically), and by `rm` once it is gone; readers take the supervisor's
+ * liveness from /proc (pid plus start time), so a kill -9 never leaves a
+ * sandbox reported as running. */
+#ifndef DSEC_SANDBOX_H
+#define DSEC_SANDBOX_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "json.h"
+
+#define DSEC_ID_LEN 19 /* "sb-" + 16 hex */
+
+/* New paths. */
+char *dsec_sandboxes_dir(void);
+char *dsec_sandbox_dir(const char *id);
+char *dsec_sandbox_run_dir(const char *id);
+
+/* "sb-" and 16 random hex digits (new). */
+char *dsec_sandbox_new_id(void);
+bool dsec_sandbox_id_valid(const char *id);
+
+/* Resolves an id, a unique id prefix (4+ characters after "sb-", or 4+ hex
+ * digits) or a name to an id (new).  Unknown is bad input. */
+char *dsec_sandbox_resolve(const char *arg, struct dsec_error **err);
+
+/* Claims name for id (fails, as bad input, when taken by a live sandbox);
+ * release drops it if it still points at id. */
+int dsec_sandbox_name_claim(const char *name, const char *id,
+                            struct dsec_error **err);
+void dsec_sandbox_name_release(const char *name, const char *id);
+
+/* Reads sandboxes/<id>/state.json (new ref), or NULL + error. */
+json_t *dsec_sandbox_state_read(const char *id, struct dsec_error **err);
+/* Writes it atomically (does not steal). */
+int dsec_sandbox_state_write(const char *id, json_t *state,
+                             struct dsec_error **err);
+
+/* The state with liveness applied: a sandbox whose state says it runs but
+ * whose supervisor is gone is reported "died" (new ref). */
+json_t *dsec_sandbox_status(const char *id, struct dsec_error **err);
+
+/* All sandbox ids, sorted (new array). */
+json_t *dsec_sandbox_list(struct dsec_error **err);
+
+/* The start time of pid (clock ticks since boot, /proc/pid/stat field 22),
+ * 0 when there is no such process. */
+uint64_t dsec_process_starttime(pid_t pid);
+bool dsec_process_alive(pid_t pid, uint64_t starttime);
+
+/* Appends one record to sandboxes/<id>/events.jsonl (fd may be -1: opens
+ * the file).  Adds "time" and "sandbox". */
+int dsec_event_append(int fd, const char *id, json_t *event,
+                      struct dsec_error **err);
+
+#endif

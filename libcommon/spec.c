@@ -1,0 +1,442 @@
+#include <config.h>
+
+#include "spec.h"
+
+#include <ctype.h>
+#include <errno.h>
+#include <limits.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli.h"
+#include "refs.h"
+
+char *dsec_sandbox_path_clean(const char *p)
+{
+  size_t n = strlen(p);
+  char *out, *o;
+
+  if (p[0] != '/' || n > 4096)
+    return NULL;
+  out = xmalloc(n + 2);
+  o = out;
+  while (*p) {
+    const char *end;
+    size_t len;
+    while (*p == '/')
+      p++;
+    if (!*p)
+      break;
+    end = strchr(p, '/');
+    len = end ? (size_t) (end - p) : strlen(p);
+    if (len == 2 && p[0] == '.' && p[1] == '.') {
+      free(out);
+      return NULL;
+    }
+    if (!(len == 1 && p[0] == '.')) {
+      *o++ = '/';
+      memcpy(o, p, len);
+      o += len;
+    }
+    p += len;
+  }
+  if (o == out)
+    *o++ = '/';
+  *o = '\0';
+  for (const char *c = out; *c; c++)
+    if ((unsigned char) *c < 0x20) {
+      free(out);
+      return NULL;
+    }
+  return out;
+}
+
+int dsec_parse_user(const char *s, uid_t *uid, gid_t *gid)
+{
+  _cleanup_free_ char *u = xstrdup(s);
+  char *colon = strchr(u, ':');
+  uint64_t a, b;
+
+  if (colon)
+    *colon = '\0';
+  if (dsec_parse_uint(u, 65535, &a) < 0)
+    return -1;
+  b = a;
+  if (colon && dsec_parse_uint(colon + 1, 65535, &b) < 0)
+    return -1;
+  *uid = (uid_t) a;
+  *gid = (gid_t) b;
+  return 0;
+}
+
+json_t *dsec_parse_mount(const char *s, struct dsec_error **err)
+{
+  _cleanup_free_ char *m = xstrdup(s);
+  char *dst = strchr(m, ':');
+  char *opt;
+  bool ro = false;
+
+  if (!dst || dst == m) {
+    dsec_bad_input(err, "--mount `%s`: use SRC:DST[:ro]", s);
+    return NULL;
+  }
+  *dst++ = '\0';
+  opt = strchr(dst, ':');
+  if (opt) {
+    *opt++ = '\0';
+    if (strcmp(opt, "ro") == 0)
+      ro = true;
+    else if (strcmp(opt, "rw") != 0) {
+      dsec_bad_input(err, "--mount `%s`: unknown option `%s` (ro or rw)", s,
+                     opt);
+      return NULL;
+    }
+  }
+  return json_pack("{s:s, s:s, s:b}", "source", m, "target", dst, "ro", ro);
+}
+
+void dsec_spec_set(json_t *spec, const char *path, json_t *value)
+{
+  const char *dot = strchr(path, '.');
+  if (!dot) {
+    json_object_set_new(spec, path, value);
+    return;
+  }
+  {
+    _cleanup_free_ char *head = xstrndup(path, (size_t) (dot - path));
+    json_t *sub = json_object_get(spec, head);
+    if (!json_is_object(sub)) {
+      sub = json_object();
+      json_object_set_new(spec, head, sub);
+    }
+    dsec_spec_set(sub, dot + 1, value);
+  }
+}
+
+void dsec_spec_append(json_t *spec, const char *key, json_t *value)
+{
+  json_t *a = json_object_get(spec, key);
+  if (!json_is_array(a)) {
+    a = json_array();
+    json_object_set_new(spec, key, a);
+  }
+  json_array_append_new(a, value);
+}
+
+/* Rejects keys of obj not in allowed (NULL-terminated). */
+static int only_keys(json_t *obj, const char *what, const char *const *allowed,
+                     struct dsec_error **err)
+{
+  const char *key;
+  json_t *v;
+  json_object_foreach(obj, key, v)
+  {
+    bool ok = false;
+    for (const char *const *a = allowed; *a; a++)
+      ok |= strcmp(*a, key) == 0;
+    if (!ok)
+      return dsec_bad_input(err, "spec: unknown field `%s%s%s`", what,
+                            *what ? "." : "", key);
+  }
+  return 0;
+}
+
+static int want_type(json_t *v, json_type t, const char *field,
+                     const char *tname, struct dsec_error **err)
+{
+  if (!v || json_typeof(v) != t)
+    return dsec_bad_input(err, "spec: `%s` must be %s", field, tname);
+  return 0;
+}
+
+static int want_uint(json_t *obj, const char *key, const char *field,
+                     json_int_t min, json_int_t max, struct dsec_error **err)
+{
+  json_t *v = json_object_get(obj, key);
+  if (!v || json_is_null(v)) {
+    json_object_del(obj, key);
+    return 0;
+  }
+  if (json_is_real(v) && json_real_value(v) == (double) (json_int_t) json_real_value(v))
+    json_object_set_new(obj, key, json_integer((json_int_t) json_real_value(v)));
+  v = json_object_get(obj, key);
+  if (!json_is_integer(v) || json_integer_value(v) < min ||
+      json_integer_value(v) > max)
+    return dsec_bad_input(err, "spec: `%s` must be an integer from %lld to "
+                               "%lld",
+                          field, (long long) min, (long long) max);
+  return 0;
+}
+
+static int want_string_array(json_t *spec, const char *key, bool paths,
+                             struct dsec_error **err)
+{
+  json_t *a = json_object_get(spec, key);
+  json_t *v;
+  size_t i;
+
+  if (!a || json_is_null(a)) {
+    json_object_set_new(spec, key, json_array());
+    return 0;
+  }
+  if (want_type(a, JSON_ARRAY, key, "an array of strings", err) < 0)
+    return -1;
+  if (json_array_size(a) > 1024)
+    return dsec_bad_input(err, "spec: `%s` has more than 1024 entries", key);
+  json_array_foreach(a, i, v)
+  {
+    if (!json_is_string(v) || !*json_string_value(v))
+      return dsec_bad_input(err, "spec: `%s[%zu]` must be a non-empty string",
+                            key, i);
+    if (paths) {
+      _cleanup_free_ char *c = dsec_sandbox_path_clean(json_string_value(v));
+      if (!c || strcmp(c, "/") == 0)
+        return dsec_bad_input(err, "spec: `%s[%zu]` must be an absolute path "
+                                   "below / without `..`",
+                              key, i);
+      json_array_set_new(a, i, json_string(c));
+    }
+  }
+  return 0;
+}
+
+static int check_resources(json_t *spec, struct dsec_error **err)
+{
+  static const char *const keys[] = { "cpus",   "memory_mb", "pids",
+                                      "disk_mb", "class",    NULL };
+  json_t *r = json_object_get(spec, "resources");
+  json_t *v;
+
+  if (!r || json_is_null(r)) {
+    r = json_object();
+    json_object_set_new(spec, "resources", r);
+  }
+  if (want_type(r, JSON_OBJECT, "resources", "an object", err) < 0 ||
+      only_keys(r, "resources", keys, err) < 0)
+    return -1;
+  v = json_object_get(r, "cpus");
+  if (v && !json_is_null(v)) {
+    if (!json_is_number(v) || json_number_value(v) <= 0 ||
+        json_number_value(v) > 4096)
+      return dsec_bad_input(err, "spec: `resources.cpus` must be a number "
+                                 "above 0");
+  } else
+    json_object_del(r, "cpus");
+  if (want_uint(r, "memory_mb", "resources.memory_mb", 4, 1 << 24, err) < 0 ||
+      want_uint(r, "pids", "resources.pids", 1, 1 << 22, err) < 0 ||
+      want_uint(r, "disk_mb", "resources.disk_mb", 1, 1 << 24, err) < 0)
+    return -1;
+  v = json_object_get(r, "class");
+  if (!v || json_is_null(v))
+    json_object_set_new(r, "class", json_string("latency"));
+  else if (!json_is_string(v) || (strcmp(json_string_value(v), "latency") != 0 &&
+                                  strcmp(json_string_value(v), "besteffort") != 0))
+    return dsec_bad_input(err, "spec: `resources.class` must be \"latency\" "
+                               "or \"besteffort\"");
+  return 0;
+}
+
+static int check_network(json_t *spec, struct dsec_error **err)
+{
+  static const char *const keys[] = { "mode", "allow", "deny", NULL };
+  json_t *n = json_object_get(spec, "network");
+  const char *mode;
+
+  if (!n || json_is_null(n)) {
+    json_object_set_new(spec, "network", json_pack("{s:s}", "mode", "none"));
+    return 0;
+  }
+  if (want_type(n, JSON_OBJECT, "network", "an object", err) < 0 ||
+      only_keys(n, "network", keys, err) < 0)
+    return -1;
+  mode = json_string_value(json_object_get(n, "mode"));
+  if (!json_object_get(n, "mode"))
+    json_object_set_new(n, "mode", json_string(mode = "none"));
+  if (!mode || (strcmp(mode, "none") != 0 && strcmp(mode, "proxy") != 0))
+    return dsec_bad_input(err, "spec: `network.mode` must be \"none\" or "
+                               "\"proxy\"");
+  if (want_string_array(n, "allow", false, err) < 0 ||
+      want_string_array(n, "deny", false, err) < 0)
+    return dsec_error_wrap(err, "network");
+  if (strcmp(mode, "none") == 0 && json_array_size(json_object_get(n, "allow")))
+    return dsec_bad_input(err, "spec: `network.allow` needs mode \"proxy\"");
+  return 0;
+}
+
+static int check_mounts(json_t *spec, struct dsec_error **err)
+{
+  static const char *const keys[] = { "source", "target", "ro", NULL };
+  json_t *a = json_object_get(spec, "mounts");
+  json_t *m;
+  size_t i;
+
+  if (!a || json_is_null(a)) {
+    json_object_set_new(spec, "mounts", json_array());
+    return 0;
+  }
+  if (want_type(a, JSON_ARRAY, "mounts", "an array", err) < 0)
+    return -1;
+  if (json_array_size(a) > 256)
+    return dsec_bad_input(err, "spec: more than 256 mounts");
+  json_array_foreach(a, i, m)
+  {
+    const char *src, *dst;
+    json_t *ro;
+    _cleanup_free_ char *csrc = NULL;
+    _cleanup_free_ char *cdst = NULL;
+    if (!json_is_object(m))
+      return dsec_bad_input(err, "spec: `mounts[%zu]` must be an object", i);
+    if (only_keys(m, "mounts[]", keys, err) < 0)
+      return -1;
+    src = json_string_value(json_object_get(m, "source"));
+    dst = json_string_value(json_object_get(m, "target"));
+    ro = json_object_get(m, "ro");
+    if (!src || !dst)
+      return dsec_bad_input(err, "spec: `mounts[%zu]` needs `source` and "
+                                 "`target` strings", i);
+    if (ro && !json_is_boolean(ro))
+      return dsec_bad_input(err, "spec: `mounts[%zu].ro` must be a boolean", i);
+    if (src[0] != '/' || !(csrc = dsec_sandbox_path_clean(src)))
+      return dsec_bad_input(err, "spec: `mounts[%zu].source` must be an "
+                                 "absolute host path without `..`", i);
+    cdst = dsec_sandbox_path_clean(dst);
+    if (!cdst || strcmp(cdst, "/") == 0)
+      return dsec_bad_input(err, "spec: `mounts[%zu].target` must be an "
+                                 "absolute path below / without `..`", i);
+    json_object_set_new(m, "source", json_string(csrc));
+    json_object_set_new(m, "target", json_string(cdst));
+    json_object_set_new(m, "ro", json_boolean(json_is_true(ro)));
+  }
+  return 0;
+}
+
+static int check_env(json_t *spec, struct dsec_error **err)
+{
+  json_t *e = json_object_get(spec, "env");
+  const char *k;
+  json_t *v;
+
+  if (!e || json_is_null(e)) {
+    json_object_set_new(spec, "env", json_object());
+    return 0;
+  }
+  if (want_type(e, JSON_OBJECT, "env", "an object of strings", err) < 0)
+    return -1;
+  if (json_object_size(e) > 4096)
+    return dsec_bad_input(err, "spec: `env` has more than 4096 entries");
+  json_object_foreach(e, k, v)
+  {
+    if (!*k || strchr(k, '='))
+      return dsec_bad_input(err, "spec: invalid environment name `%s`", k);
+    if (!json_is_string(v))
+      return dsec_bad_input(err, "spec: `env.%s` must be a string", k);
+  }
+  return 0;
+}
+
+int dsec_spec_validate(json_t *spec, struct dsec_error **err)
+{
+  static const char *const keys[] = {
+    "backend", "image",    "layers", "resources",   "network",
+    "mounts",  "protect",  "hide",   "env",         "workdir",
+    "user",    "ttl_s",    "idle_timeout_s",        "idle_action",
+    "labels",  "name",     NULL,
+  };
+  const char *s;
+  json_t *v;
+
+  if (!json_is_object(spec))
+    return dsec_bad_input(err, "spec: must be a JSON object");
+  if (only_keys(spec, "", keys, err) < 0)
+    return -1;
+
+  v = json_object_get(spec, "backend");
+  if (!v || json_is_null(v))
+    json_object_set_new(spec, "backend", json_string("container"));
+  s = json_string_value(json_object_get(spec, "backend"));
+  if (!s || (strcmp(s, "container") != 0 && strcmp(s, "fncall") != 0 &&
+             strcmp(s, "microvm") != 0 && strcmp(s, "vm") != 0))
+    return dsec_bad_input(err, "spec: `backend` must be one of fncall, "
+                               "container, microvm, vm");
+
+  s = json_string_value(json_object_get(spec, "image"));
+  if (!s || !*s)
+    return dsec_bad_input(err, "spec: `image` is required (a name or "
+                               "sha256:<digest>)");
+  if (want_string_array(spec, "layers", false, err) < 0 ||
+      check_resources(spec, err) < 0 || check_network(spec, err) < 0 ||
+      check_mounts(spec, err) < 0 ||
+      want_string_array(spec, "protect", true, err) < 0 ||
+      want_string_array(spec, "hide", true, err) < 0 || check_env(spec, err) < 0)
+    return -1;
+
+  v = json_object_get(spec, "workdir");
+  if (!v || json_is_null(v))
+    json_object_set_new(spec, "workdir", json_string("/"));
+  else {
+    _cleanup_free_ char *c =
+      json_is_string(v) ? dsec_sandbox_path_clean(json_string_value(v)) : NULL;
+    if (!c)
+      return dsec_bad_input(err, "spec: `workdir` must be an absolute path "
+                                 "without `..`");
+    json_object_set_new(spec, "workdir", json_string(c));
+  }
+
+  v = json_object_get(spec, "user");
+  if (!v || json_is_null(v))
+    json_object_set_new(spec, "user", json_string("0:0"));
+  else {
+    uid_t u;
+    gid_t g;
+    if (!json_is_string(v) || dsec_parse_user(json_string_value(v), &u, &g) < 0)
+      return dsec_bad_input(err, "spec: `user` must be \"UID:GID\" with "
+                                 "numbers from 0 to 65535");
+    json_object_set_new(spec, "user", json_sprintf("%u:%u", u, g));
+  }
+
+  if (want_uint(spec, "ttl_s", "ttl_s", 0, INT32_MAX, err) < 0 ||
+      want_uint(spec, "idle_timeout_s", "idle_timeout_s", 0, INT32_MAX, err) < 0)
+    return -1;
+  v = json_object_get(spec, "idle_action");
+  if (!v || json_is_null(v))
+    json_object_set_new(spec, "idle_action", json_string("remove"));
+  else if (!json_is_string(v) ||
+           (strcmp(json_string_value(v), "remove") != 0 &&
+            strcmp(json_string_value(v), "suspend") != 0))
+    return dsec_bad_input(err, "spec: `idle_action` must be \"remove\" or "
+                               "\"suspend\"");
+
+  v = json_object_get(spec, "labels");
+  if (!v || json_is_null(v))
+    json_object_set_new(spec, "labels", json_object());
+  else {
+    const char *k;
+    json_t *lv;
+    if (!json_is_object(v))
+      return dsec_bad_input(err, "spec: `labels` must be an object");
+    json_object_foreach(v, k, lv)
+    {
+      if (json_is_object(lv) || json_is_array(lv))
+        return dsec_bad_input(err, "spec: `labels.%s` must be a string, "
+                                   "number or boolean", k);
+    }
+  }
+
+  v = json_object_get(spec, "name");
+  if (v && !json_is_null(v)) {
+    const char *n = json_string_value(v);
+    size_t len = n ? strlen(n) : 0;
+    if (!n || len == 0 || len > 64 || !isalnum((unsigned char) n[0]))
+      return dsec_bad_input(err, "spec: `name` must be 1 to 64 characters "
+                                 "[A-Za-z0-9_.-], starting with a letter or "
+                                 "digit");
+    for (size_t i = 0; i < len; i++)
+      if (!isalnum((unsigned char) n[i]) && n[i] != '_' && n[i] != '.' &&
+          n[i] != '-')
+        return dsec_bad_input(err, "spec: invalid character in `name`");
+    if (dsec_str_has_prefix(n, "sb-"))
+      return dsec_bad_input(err, "spec: a `name` may not start with \"sb-\"");
+  } else
+    json_object_del(spec, "name");
+  return 0;
+}
