@@ -29,7 +29,9 @@
 #include <fcntl.h>
 #include <grp.h>
 #include <linux/capability.h>
+#include <linux/loop.h>
 #include <linux/mount.h>
+#include <linux/openat2.h>
 #include <math.h>
 #include <net/if.h>
 #include <poll.h>
@@ -47,6 +49,7 @@
 #include <sys/signalfd.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/statfs.h>
 #include <sys/syscall.h>
 #include <sys/un.h>
 #include <sys/wait.h>
@@ -55,6 +58,7 @@
 #include "cgroup.h"
 #include "fsutil.h"
 #include "log.h"
+#include "process.h"
 #include "sandbox.h"
 #include "spec.h"
 #include "store.h"
@@ -217,28 +221,79 @@ static void die_init(int sock, const char *fmt, ...)
   _exit(1);
 }
 
-static void mask_path(const char *root, const char *p)
+/* Attaches a detached mount (from open_tree) on path; closes t. */
+static int attach(int t, const char *path)
 {
-  char path[4096];
-  struct stat st;
-
-  snprintf(path, sizeof path, "%s%s", root, p);
-  if (lstat(path, &st) < 0)
-    return;
-  if (S_ISDIR(st.st_mode))
-    mount("tmpfs", path, "tmpfs", MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC,
-          "size=0,mode=555");
-  else
-    mount("/dev/null", path, NULL, MS_BIND, NULL);
+  int r = (int) syscall(SYS_move_mount, t, "", AT_FDCWD, path,
+                        MOVE_MOUNT_F_EMPTY_PATH);
+  close(t);
+  return r;
 }
 
-static void bind_readonly(const char *root, const char *p)
+/* Mounts a new fstype (proc, sysfs) on path, resolved inside the root
+ * that starts at the working directory: an image's symlink cannot aim it
+ * at the host. */
+static int mount_in_root(const char *fstype, const char *path, uint64_t attrs)
 {
-  char path[4096];
-  snprintf(path, sizeof path, "%s%s", root, p);
-  if (mount(path, path, NULL, MS_BIND | MS_REC, NULL) == 0)
-    mount(NULL, path, NULL, MS_BIND | MS_REMOUNT | MS_RDONLY | MS_NOSUID |
-                              MS_NODEV | MS_NOEXEC, NULL);
+  struct open_how how = { .flags = O_PATH | O_DIRECTORY | O_CLOEXEC,
+                          .resolve = RESOLVE_IN_ROOT | RESOLVE_NO_MAGICLINKS };
+  int fs, m = -1, target = -1, r = -1;
+
+  fs = (int) syscall(SYS_fsopen, fstype, FSOPEN_CLOEXEC);
+  if (fs < 0)
+    return -1;
+  if (syscall(SYS_fsconfig, fs, FSCONFIG_CMD_CREATE, NULL, NULL, 0) == 0)
+    m = (int) syscall(SYS_fsmount, fs, FSMOUNT_CLOEXEC, attrs);
+  if (m >= 0)
+    target = (int) syscall(SYS_openat2, AT_FDCWD, path, &how, sizeof how);
+  if (target >= 0)
+    r = (int) syscall(SYS_move_mount, m, "", target, "",
+                      MOVE_MOUNT_F_EMPTY_PATH | MOVE_MOUNT_T_EMPTY_PATH);
+  if (target >= 0)
+    close(target);
+  if (m >= 0)
+    close(m);
+  close(fs);
+  return r;
+}
+
+/* A read-only recursive bind of path onto itself. */
+static int bind_ro(const char *path)
+{
+  struct mount_attr attr = { .attr_set = MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID |
+                                         MOUNT_ATTR_NODEV };
+  int t = (int) syscall(SYS_open_tree, AT_FDCWD, path,
+                        OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC | AT_RECURSIVE);
+  if (t < 0)
+    return -1;
+  if (syscall(SYS_mount_setattr, t, "", AT_EMPTY_PATH | AT_RECURSIVE, &attr,
+              sizeof attr) < 0) {
+    close(t);
+    return -1;
+  }
+  return attach(t, path);
+}
+
+/* Masks run inside the sandbox's root (after pivot_root), so no path can
+ * lead out of it.  Files get /dev/null, directories an empty read-only
+ * tmpfs.  Also used by fncall calls over their own /proc. */
+static void mask_paths(void)
+{
+  for (const char *const *p = readonly_paths; *p; p++) {
+    struct stat st;
+    if (lstat(*p, &st) == 0 && S_ISDIR(st.st_mode))
+      bind_ro(*p);
+  }
+  for (const char *const *p = masked_paths; *p; p++) {
+    struct stat st;
+    if (lstat(*p, &st) < 0)
+      continue;
+    if (S_ISDIR(st.st_mode))
+      mount("tmpfs", *p, "tmpfs", MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC,
+            "size=0,mode=555");
+    else
+      mount("/dev/null", *p, NULL, MS_BIND, NULL);
+  }
 }
 
 static int mkdirs(const char *path, mode_t mode)
@@ -247,55 +302,64 @@ static int mkdirs(const char *path, mode_t mode)
   return dsec_mkdir_p(AT_FDCWD, path, mode, &e);
 }
 
-static void setup_dev(const char *root, int sock)
-{
-  static const char *const nodes[] = { "null", "zero", "full", "random",
-                                       "urandom", "tty" };
-  char path[4096];
+/* Device nodes are the host's, bound in: a user namespace cannot mknod. */
+static const char *const dev_nodes[] = { "null", "zero", "full", "random",
+                                         "urandom", "tty" };
 
-  snprintf(path, sizeof path, "%s/dev", root);
-  mkdirs(path, 0755);
-  if (mount("tmpfs", path, "tmpfs", MS_NOSUID | MS_NOEXEC,
+struct dev_trees {
+  int fd[ARRAY_SIZE(dev_nodes)];
+};
+
+/* Before pivot_root: detached copies of the host's device nodes. */
+static void open_dev_trees(struct dev_trees *d, int sock)
+{
+  for (size_t i = 0; i < ARRAY_SIZE(dev_nodes); i++) {
+    char host[64];
+    snprintf(host, sizeof host, "/dev/%s", dev_nodes[i]);
+    d->fd[i] = (int) syscall(SYS_open_tree, AT_FDCWD, host,
+                             OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC);
+    if (d->fd[i] < 0)
+      die_init(sock, "cannot open %s", host);
+  }
+}
+
+/* After pivot_root: /dev, /dev/pts, /dev/shm. */
+static void setup_dev(struct dev_trees *d, int sock)
+{
+  mkdirs("/dev", 0755);
+  if (mount("tmpfs", "/dev", "tmpfs", MS_NOSUID | MS_NOEXEC,
             "mode=755,size=65536") < 0)
     die_init(sock, "cannot mount /dev");
-  for (size_t i = 0; i < ARRAY_SIZE(nodes); i++) {
-    char host[64];
+  for (size_t i = 0; i < ARRAY_SIZE(dev_nodes); i++) {
+    char path[64];
     int fd;
-    snprintf(path, sizeof path, "%s/dev/%s", root, nodes[i]);
-    snprintf(host, sizeof host, "/dev/%s", nodes[i]);
-    fd = open(path, O_CREAT | O_WRONLY | O_CLOEXEC, 0666);
+    snprintf(path, sizeof path, "/dev/%s", dev_nodes[i]);
+    fd = open(path, O_CREAT | O_WRONLY | O_CLOEXEC | O_NOFOLLOW, 0666);
     if (fd >= 0)
       close(fd);
-    if (mount(host, path, NULL, MS_BIND, NULL) < 0)
-      die_init(sock, "cannot bind %s on %s", host, path);
+    if (attach(d->fd[i], path) < 0)
+      die_init(sock, "cannot bind %s", path);
   }
-  snprintf(path, sizeof path, "%s/dev/pts", root);
-  mkdir(path, 0755);
-  if (mount("devpts", path, "devpts", MS_NOSUID | MS_NOEXEC,
-            "newinstance,ptmxmode=0666,mode=620") == 0) {
-    snprintf(path, sizeof path, "%s/dev/ptmx", root);
-    if (symlink("pts/ptmx", path) < 0)
-      die_init(sock, "cannot create /dev/ptmx");
-  }
-  snprintf(path, sizeof path, "%s/dev/shm", root);
-  mkdir(path, 01777);
-  if (mount("tmpfs", path, "tmpfs", MS_NOSUID | MS_NODEV,
+  mkdir("/dev/pts", 0755);
+  if (mount("devpts", "/dev/pts", "devpts", MS_NOSUID | MS_NOEXEC,
+            "newinstance,ptmxmode=0666,mode=620") == 0 &&
+      symlink("pts/ptmx", "/dev/ptmx") < 0)
+    die_init(sock, "cannot create /dev/ptmx");
+  mkdir("/dev/shm", 01777);
+  if (mount("tmpfs", "/dev/shm", "tmpfs", MS_NOSUID | MS_NODEV,
             "mode=1777,size=67108864") < 0)
     die_init(sock, "cannot mount /dev/shm");
   {
     static const char *const links[][2] = {
-      { "/proc/self/fd", "fd" },     { "/proc/self/fd/0", "stdin" },
-      { "/proc/self/fd/1", "stdout" }, { "/proc/self/fd/2", "stderr" },
+      { "/proc/self/fd", "/dev/fd" },     { "/proc/self/fd/0", "/dev/stdin" },
+      { "/proc/self/fd/1", "/dev/stdout" }, { "/proc/self/fd/2", "/dev/stderr" },
     };
-    for (size_t i = 0; i < ARRAY_SIZE(links); i++) {
-      snprintf(path, sizeof path, "%s/dev/%s", root, links[i][1]);
-      if (symlink(links[i][0], path) < 0)
+    for (size_t i = 0; i < ARRAY_SIZE(links); i++)
+      if (symlink(links[i][0], links[i][1]) < 0)
         die_init(sock, "cannot populate /dev");
-    }
   }
-  snprintf(path, sizeof path, "%s/dev", root);
-  mount(NULL, path, NULL, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID |
-                            MS_NOEXEC, NULL);
+  mount(NULL, "/dev", NULL, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID |
+                              MS_NOEXEC, NULL);
 }
 
 static void loopback_up(void)
@@ -312,47 +376,91 @@ static void loopback_up(void)
   close(s);
 }
 
-/* init's own setup, in the new namespaces, before pivot_root. */
-static void init_setup(const char *root, struct init_ctx *c, json_t *spec)
+/* protect: readable, unchangeable (a read-only bind, recursive);
+ * hide: covered by an empty read-only tmpfs (a directory) or an empty
+ * read-only file.  Both run inside the sandbox's root. */
+static void protect_and_hide(json_t *spec, int sock)
 {
-  char path[4096];
+  json_t *v;
+  size_t i;
+
+  json_array_foreach(json_object_get(spec, "protect"), i, v)
+  {
+    const char *p = json_string_value(v);
+    if (bind_ro(p) < 0)
+      die_init(sock, "cannot protect %s", p);
+  }
+  json_array_foreach(json_object_get(spec, "hide"), i, v)
+  {
+    const char *p = json_string_value(v);
+    struct stat st;
+    if (lstat(p, &st) < 0)
+      continue; /* nothing there to hide */
+    if (S_ISDIR(st.st_mode)) {
+      if (mount("tmpfs", p, "tmpfs", MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC,
+                "size=0,mode=000") < 0)
+        die_init(sock, "cannot hide %s", p);
+    } else {
+      /* an empty, unreadable, unwritable file in its place */
+      int fd = open("/dev/shm/.dsec-hidden", O_CREAT | O_RDONLY | O_CLOEXEC,
+                    0000);
+      if (fd >= 0)
+        close(fd);
+      if (mount("/dev/shm/.dsec-hidden", p, NULL, MS_BIND, NULL) < 0 ||
+          mount(NULL, p, NULL, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID |
+                                 MS_NODEV | MS_NOEXEC, NULL) < 0)
+        die_init(sock, "cannot hide %s", p);
+      unlink("/dev/shm/.dsec-hidden");
+    }
+  }
+}
+
+/* init's own setup, in the new namespaces, starting in the sandbox's root
+ * (stage1 entered it through a descriptor, so no host path has to be
+ * traversable by the sandbox's unprivileged host uid). */
+static void init_setup(struct init_ctx *c, json_t *spec)
+{
   const char *workdir = json_string_value(json_object_get(spec, "workdir"));
+  struct dev_trees dev;
+  int t;
 
   if (mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) < 0)
     die_init(c->sock, "cannot make mounts private");
   /* the mounts we inherited are locked to this namespace; pivot_root needs
-   * a root mount of our own: the root bound onto itself */
-  if (mount(root, root, NULL, MS_BIND | MS_REC, NULL) < 0)
+   * a root mount of our own: a recursive copy of the root, attached on
+   * itself */
+  t = (int) syscall(SYS_open_tree, AT_FDCWD, ".",
+                    OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC | AT_RECURSIVE);
+  if (t < 0 || syscall(SYS_move_mount, t, "", AT_FDCWD, ".",
+                       MOVE_MOUNT_F_EMPTY_PATH) < 0 || fchdir(t) < 0)
     die_init(c->sock, "cannot bind the root file system");
-  snprintf(path, sizeof path, "%s/proc", root);
-  mkdirs(path, 0555);
-  if (mount("proc", path, "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, NULL) < 0)
+  close(t);
+  open_dev_trees(&dev, c->sock);
+  /* proc and sysfs while the host's are still visible (the kernel allows
+   * a new one only then), at paths resolved inside the root */
+  mkdirat(AT_FDCWD, "proc", 0555);
+  mkdirat(AT_FDCWD, "sys", 0555);
+  if (mount_in_root("proc", "proc", MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV |
+                                        MOUNT_ATTR_NOEXEC) < 0)
     die_init(c->sock, "cannot mount /proc");
-  setup_dev(root, c->sock);
-  snprintf(path, sizeof path, "%s/sys", root);
-  mkdirs(path, 0555);
-  if (mount("sysfs", path, "sysfs",
-            MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC, NULL) < 0 &&
-      mount("/sys", path, NULL, MS_BIND | MS_REC | MS_RDONLY, NULL) < 0)
+  if (mount_in_root("sysfs", "sys", MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID |
+                                        MOUNT_ATTR_NODEV | MOUNT_ATTR_NOEXEC) < 0)
     die_init(c->sock, "cannot mount /sys");
-  snprintf(path, sizeof path, "%s/tmp", root);
-  mkdirs(path, 01777);
-  if (workdir && strcmp(workdir, "/") != 0) {
-    snprintf(path, sizeof path, "%s%s", root, workdir);
-    mkdirs(path, 0755);
-  }
-  for (const char *const *p = readonly_paths; *p; p++)
-    bind_readonly(root, *p);
-  for (const char *const *p = masked_paths; *p; p++)
-    mask_path(root, *p);
+  if (syscall(SYS_pivot_root, ".", ".") < 0 || umount2(".", MNT_DETACH) < 0 ||
+      chdir("/") < 0)
+    die_init(c->sock, "cannot pivot_root");
+
+  /* from here on every path is the sandbox's */
+  setup_dev(&dev, c->sock);
+  mkdirs("/tmp", 01777);
+  if (workdir && strcmp(workdir, "/") != 0)
+    mkdirs(workdir, 0755);
+  mask_paths();
+  protect_and_hide(spec, c->sock);
 
   if (sethostname("dsec", 4) < 0)
     die_init(c->sock, "cannot set the host name");
   loopback_up();
-
-  if (chdir(root) < 0 || syscall(SYS_pivot_root, ".", ".") < 0 ||
-      umount2(".", MNT_DETACH) < 0 || chdir("/") < 0)
-    die_init(c->sock, "cannot pivot_root");
   if (c->fncall) {
     /* calls share nothing: the root is read-only, each call gets its own
      * /tmp and work dir */
@@ -414,14 +522,19 @@ static void fncall_enter(struct init_ctx *c, const char *workdir)
     }
     _exit(WEXITSTATUS(status));
   }
-  if (mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, NULL) < 0 ||
-      mount("tmpfs", "/tmp", "tmpfs", MS_NOSUID | MS_NODEV, c->tmp_size) < 0 ||
+  if (mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, NULL) < 0)
+    goto fail;
+  /* the call's own /proc gets the same masks as the sandbox's */
+  mask_paths();
+  if (mount("tmpfs", "/tmp", "tmpfs", MS_NOSUID | MS_NODEV, c->tmp_size) < 0 ||
       (strcmp(workdir, "/") != 0 && strcmp(workdir, "/tmp") != 0 &&
-       mount("tmpfs", workdir, "tmpfs", MS_NOSUID | MS_NODEV, c->tmp_size) < 0)) {
-    dprintf(STDERR_FILENO, "dsec: cannot prepare the call: %s\n",
-            strerror(errno));
-    _exit(125);
-  }
+       mount("tmpfs", workdir, "tmpfs", MS_NOSUID | MS_NODEV, c->tmp_size) < 0))
+    goto fail;
+  return;
+fail:
+  dprintf(STDERR_FILENO, "dsec: cannot prepare the call: %s\n",
+          strerror(errno));
+  _exit(125);
 }
 
 static char **json_to_strv(json_t *a)
@@ -551,9 +664,8 @@ _Noreturn static void init_loop(struct init_ctx *c)
 }
 
 struct stage1_args {
-  int sync_fd;   /* reads "go" from the supervisor */
   int sock;      /* init's end of the control socket */
-  const char *root;
+  int rootfd;    /* the root file system, sent with "go" */
   json_t *spec;
   bool fncall;
 };
@@ -567,7 +679,8 @@ _Noreturn static void run_init(struct stage1_args *a)
 
   prctl(PR_SET_PDEATHSIG, SIGKILL);
   prctl(PR_SET_NAME, "dsec-init");
-  /* keep only the control socket (as fd 3) and /dev/null on 0-2 */
+  /* keep only the control socket (fd 3), the root (fd 4) and /dev/null
+   * on 0-2 */
   {
     int null = open("/dev/null", O_RDWR | O_CLOEXEC);
     if (null < 0 || dup2(a->sock, 3) < 0 || dup2(null, 0) < 0 ||
@@ -575,6 +688,7 @@ _Noreturn static void run_init(struct stage1_args *a)
       _exit(1);
     c.sock = 3;
     syscall(SYS_close_range, 4U, ~0U, 0U);
+    fcntl(3, F_SETFD, FD_CLOEXEC);
   }
   c.last_cap = CAP_LAST_CAP;
   f = fopen("/proc/sys/kernel/cap_last_cap", "re");
@@ -586,7 +700,7 @@ _Noreturn static void run_init(struct stage1_args *a)
   c.tmp_size = xstrdup("mode=1777,size=268435456");
   if (dsec_seccomp_build(&c.filter, &err) < 0)
     die_init(c.sock, "%s", err->msg);
-  init_setup(a->root, &c, a->spec);
+  init_setup(&c, a->spec);
   /* nothing in the sandbox may read init's memory or attach to it */
   prctl(PR_SET_DUMPABLE, 0);
   ready = json_pack("{s:s}", "op", "ready");
@@ -600,19 +714,32 @@ _Noreturn static void run_init(struct stage1_args *a)
  * then creates the remaining namespaces and init. */
 _Noreturn static void stage1(struct stage1_args *a)
 {
-  char go;
   pid_t pid;
   int flags = CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWNET | CLONE_NEWIPC |
               CLONE_NEWUTS | CLONE_NEWCGROUP;
 
   prctl(PR_SET_PDEATHSIG, SIGKILL);
-  if (read(a->sync_fd, &go, 1) != 1 || go != 'g')
-    _exit(1);
+  {
+    char buf[4096];
+    int fds[3], nfds;
+    json_t *go = msg_recv(a->sock, buf, sizeof buf, fds, &nfds);
+    const char *op = json_string_value(json_object_get(go, "op"));
+    if (!go || !op || strcmp(op, "go") != 0 || nfds != 1)
+      _exit(1);
+    json_decref(go);
+    a->rootfd = fds[0];
+  }
   /* we came in as the host's root, which this namespace does not map:
    * become its root, so what we create is owned by a mapped user */
   if (setresgid(0, 0, 0) < 0 || setgroups(0, NULL) < 0 ||
       setresuid(0, 0, 0) < 0)
     die_init(a->sock, "cannot become root in the user namespace");
+  /* enter the root while we share the supervisor's mounts: unshare below
+   * carries the working directory over to the copy in the new namespace */
+  if (fchdir(a->rootfd) < 0)
+    die_init(a->sock, "cannot enter the root file system");
+  close(a->rootfd);
+  a->rootfd = -1;
   if (unshare(flags) < 0)
     die_init(a->sock, "cannot create namespaces");
   /* a time namespace where the kernel has them */
@@ -699,6 +826,8 @@ struct sup {
   double start_ms, last_activity_ms;
   json_int_t ttl_s, idle_s;
   bool fncall;
+  char *upperfs;        /* the disk-limited file system, or NULL */
+  bool disk_full_seen;
   const char *end_state;
   char *end_cause;
   char *msgbuf;
@@ -906,6 +1035,17 @@ static void job_finish(struct sup *s, struct job *j)
                            (json_int_t) (j->out.total - j->out.len +
                                          j->err.total - j->err.len)));
 
+  if (s->upperfs) {
+    struct statfs fs;
+    /* the writable layer is (nearly) full: the agent hit its disk limit */
+    if (statfs(s->upperfs, &fs) == 0 && fs.f_bavail * 100 < fs.f_blocks) {
+      if (!s->disk_full_seen)
+        sup_event(s, json_pack("{s:s, s:s, s:O}", "type", "limit", "limit",
+                               "disk", "seq", j->seq ? j->seq : json_null()));
+      s->disk_full_seen = true;
+    } else
+      s->disk_full_seen = false;
+  }
   client_write(j->cl, res);
   json_decref(res);
   for (size_t i = 0; i < s->njobs; i++)
@@ -1447,6 +1587,209 @@ static void report(int fd, json_t *msg)
   json_decref(msg);
 }
 
+/* A loop device on backing_fd, detached automatically when its last user
+ * goes (the supervisor's mount namespace dies with it).  Returns the
+ * device path (new) and, in *loop_fd, a descriptor that must stay open
+ * until the device is mounted (or autoclear detaches it at once). */
+static char *loop_attach(int backing_fd, int *loop_fd, struct dsec_error **err)
+{
+  _cleanup_close_ int ctl = open("/dev/loop-control", O_RDWR | O_CLOEXEC);
+  if (ctl < 0) {
+    dsec_fail(err, errno, "cannot open /dev/loop-control (disk limits need "
+                          "loop devices)");
+    return NULL;
+  }
+  for (int tries = 0; tries < 32; tries++) {
+    struct loop_config cfg = { .fd = (uint32_t) backing_fd };
+    int n = ioctl(ctl, LOOP_CTL_GET_FREE);
+    char *path;
+    int fd;
+    if (n < 0) {
+      dsec_fail(err, errno, "no free loop device");
+      return NULL;
+    }
+    path = xasprintf("/dev/loop%d", n);
+    fd = open(path, O_RDWR | O_CLOEXEC);
+    if (fd < 0) {
+      free(path);
+      continue;
+    }
+    /* direct I/O with 4 KiB blocks keeps one copy of the data in the page
+     * cache (the file system's, not the image file's too) */
+    cfg.info.lo_flags = LO_FLAGS_AUTOCLEAR | LO_FLAGS_DIRECT_IO;
+    cfg.block_size = 4096;
+    if (ioctl(fd, LOOP_CONFIGURE, &cfg) == 0) {
+      *loop_fd = fd;
+      return path;
+    }
+    if (errno == EINVAL) {
+      cfg.info.lo_flags = LO_FLAGS_AUTOCLEAR;
+      cfg.block_size = 0;
+      if (ioctl(fd, LOOP_CONFIGURE, &cfg) == 0) {
+        *loop_fd = fd;
+        return path;
+      }
+    }
+    close(fd);
+    free(path);
+    if (errno != EBUSY) {
+      dsec_fail(err, errno, "cannot set up a loop device");
+      return NULL;
+    }
+  }
+  dsec_fail(err, EBUSY, "cannot find a free loop device");
+  return NULL;
+}
+
+/* With resources.disk_mb, the writable layer lives on an ext4 file system
+ * of that size (a sparse file in the sandbox's directory on a loop
+ * device): the sandbox hits ENOSPC, the host's disk does not fill.
+ * Returns the directory holding upper/ and work/ (new). */
+static char *disk_limited_upper(struct sup *s, json_int_t mb, uid_t base,
+                                struct dsec_error **err)
+{
+  _cleanup_free_ char *img = xasprintf("%s/upper.img", s->dir);
+  _cleanup_free_ char *mnt = xasprintf("%s/upperfs", s->run);
+  _cleanup_free_ char *owner = xasprintf("root_owner=%u:%u", base, base);
+  _cleanup_free_ char *dev = NULL;
+  _cleanup_close_ int fd = open(img, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+  _cleanup_close_ int loop = -1;
+
+  if (fd < 0 || ftruncate(fd, (off_t) mb << 20) < 0) {
+    dsec_fail(err, errno, "cannot create %s", img);
+    return NULL;
+  }
+  {
+    char *argv[] = { "mkfs.ext4", "-q", "-F", "-b", "4096", "-O", "^has_journal", "-m", "0",
+                     "-E", owner, img, NULL };
+    if (dsec_run_program(argv, NULL, NULL, err) < 0) {
+      dsec_error_wrap(err, "disk limit");
+      return NULL;
+    }
+  }
+  dev = loop_attach(fd, &loop, err);
+  if (!dev)
+    return NULL;
+  if (dsec_mkdir_p(AT_FDCWD, mnt, 0700, err) < 0)
+    return NULL;
+  if (mount(dev, mnt, "ext4", MS_NOSUID | MS_NODEV, NULL) < 0) {
+    dsec_fail(err, errno, "cannot mount the writable layer's file system");
+    return NULL;
+  }
+  return steal_pointer(&mnt);
+}
+
+/* Opens path inside the sandbox's root, never leaving it: symlinks in the
+ * image resolve inside the root (an image cannot aim a mount, a mkdir or
+ * a chown at the host).  Missing directories are created, owned by the
+ * sandbox's root; the last component is created as a directory or an
+ * empty file.  Returns an O_PATH descriptor. */
+static int open_in_root(int rfd, const char *path, bool dir, uid_t base,
+                        struct dsec_error **err)
+{
+  struct open_how how = { .flags = O_PATH | O_CLOEXEC,
+                          .resolve = RESOLVE_IN_ROOT | RESOLVE_NO_MAGICLINKS |
+                                     RESOLVE_NO_XDEV };
+  _cleanup_free_ char *p = xstrdup(path + (path[0] == '/'));
+  char *slash = p;
+  int fd;
+
+  for (;;) {
+    bool last;
+    slash = strchr(slash, '/');
+    last = !slash;
+    if (slash)
+      *slash = '\0';
+    fd = (int) syscall(SYS_openat2, rfd, p, &how, sizeof how);
+    if (fd < 0 && errno == ENOENT) {
+      /* create this component in its (resolved) parent */
+      _cleanup_close_ int parent = -1;
+      const char *name = strrchr(p, '/');
+      if (name) {
+        char *cut = (char *) name;
+        *cut = '\0';
+        parent = (int) syscall(SYS_openat2, rfd, p, &how, sizeof how);
+        *cut = '/';
+        name++;
+      } else {
+        parent = fcntl(rfd, F_DUPFD_CLOEXEC, 0);
+        name = p;
+      }
+      if (parent < 0)
+        return dsec_fail(err, errno, "cannot resolve %s in the sandbox", path);
+      {
+        /* O_PATH fds cannot be used with mkdirat/openat directly: reopen */
+        _cleanup_close_ int pdir = openat(parent, ".", O_RDONLY | O_DIRECTORY |
+                                                      O_CLOEXEC);
+        if (pdir < 0)
+          return dsec_fail(err, errno, "cannot open the parent of %s", path);
+        if (!last || dir) {
+          if (mkdirat(pdir, name, 0755) < 0 && errno != EEXIST)
+            return dsec_fail(err, errno, "cannot create %s in the sandbox",
+                             path);
+        } else {
+          int f = openat(pdir, name,
+                         O_CREAT | O_WRONLY | O_NOFOLLOW | O_CLOEXEC, 0644);
+          if (f < 0)
+            return dsec_fail(err, errno, "cannot create %s in the sandbox",
+                             path);
+          close(f);
+        }
+        if (fchownat(pdir, name, base, base, AT_SYMLINK_NOFOLLOW) < 0)
+          return dsec_fail(err, errno, "cannot give %s to the sandbox", path);
+      }
+      fd = (int) syscall(SYS_openat2, rfd, p, &how, sizeof how);
+    }
+    if (fd < 0)
+      return dsec_fail(err, errno, "cannot resolve %s in the sandbox", path);
+    if (last)
+      return fd;
+    close(fd);
+    *slash++ = '/';
+  }
+}
+
+/* A spec mount: the host source, idmapped to the sandbox's user namespace
+ * (so the sandbox's root owns what the host's root owns, with nothing
+ * chowned on the host), attached on its target inside the root. */
+static int bind_into_root(int rfd, json_t *m, int userns, uid_t base,
+                          struct dsec_error **err)
+{
+  const char *src = json_string_value(json_object_get(m, "source"));
+  const char *dst = json_string_value(json_object_get(m, "target"));
+  bool ro = json_is_true(json_object_get(m, "ro"));
+  struct mount_attr attr = { .attr_set = MOUNT_ATTR_IDMAP | MOUNT_ATTR_NOSUID |
+                                         MOUNT_ATTR_NODEV |
+                                         (ro ? MOUNT_ATTR_RDONLY : 0),
+                             .userns_fd = (uint64_t) userns };
+  _cleanup_close_ int t = -1;
+  _cleanup_close_ int target = -1;
+  struct stat st;
+
+  if (stat(src, &st) < 0)
+    return dsec_error_set(err, DSEC_EXIT_INPUT, errno, "mount source %s", src);
+  target = open_in_root(rfd, dst, S_ISDIR(st.st_mode), base, err);
+  if (target < 0)
+    return -1;
+  t = (int) syscall(SYS_open_tree, AT_FDCWD, src,
+                    OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC | AT_RECURSIVE);
+  if (t < 0)
+    return dsec_fail(err, errno, "cannot open mount source %s", src);
+  if (syscall(SYS_mount_setattr, t, "", AT_EMPTY_PATH | AT_RECURSIVE, &attr,
+              sizeof attr) < 0) {
+    /* a filesystem that cannot be idmapped: mounted as it is */
+    attr.attr_set &= ~(uint64_t) MOUNT_ATTR_IDMAP;
+    attr.userns_fd = 0;
+    if (syscall(SYS_mount_setattr, t, "", AT_EMPTY_PATH | AT_RECURSIVE, &attr,
+                sizeof attr) < 0)
+      return dsec_fail(err, errno, "cannot set up mount %s", src);
+  }
+  if (syscall(SYS_move_mount, t, "", target, "",
+              MOVE_MOUNT_F_EMPTY_PATH | MOVE_MOUNT_T_EMPTY_PATH) < 0)
+    return dsec_fail(err, errno, "cannot mount %s on %s", src, dst);
+  return 0;
+}
+
 /* Mounts the sandbox's root in the supervisor's mount namespace:
  * run/lower/<i> idmapped layers, run/rootfs the overlay, then the spec's
  * bind mounts (idmapped as well, so the sandbox's root owns what the
@@ -1456,8 +1799,8 @@ static int mount_rootfs(struct sup *s, struct dsec_container_opts *o,
 {
   _cleanup_free_ char *lowers = xstrdup("");
   _cleanup_free_ char *opts = NULL;
-  _cleanup_free_ char *upper = xasprintf("%s/upper", s->dir);
-  _cleanup_free_ char *work = xasprintf("%s/work", s->dir);
+  _cleanup_free_ char *upper = NULL;
+  _cleanup_free_ char *work = NULL;
   _cleanup_free_ char *rootfs = xasprintf("%s/rootfs", s->run);
   json_t *m;
   size_t i;
@@ -1499,6 +1842,20 @@ static int mount_rootfs(struct sup *s, struct dsec_container_opts *o,
   }
   if (dsec_mkdir_p(AT_FDCWD, rootfs, 0755, err) < 0)
     return -1;
+  {
+    json_int_t mb = json_integer_value(
+      json_object_get(json_object_get(s->spec, "resources"), "disk_mb"));
+    _cleanup_free_ char *top = NULL;
+    if (mb > 0 && !s->fncall) {
+      top = disk_limited_upper(s, mb, base, err);
+      if (!top)
+        return -1;
+      s->upperfs = xstrdup(top);
+    } else
+      top = xstrdup(s->dir);
+    upper = xasprintf("%s/upper", top);
+    work = xasprintf("%s/work", top);
+  }
   if (mkdir(upper, 0755) < 0 && errno != EEXIST)
     return dsec_fail(err, errno, "cannot create %s", upper);
   if (mkdir(work, 0700) < 0 && errno != EEXIST)
@@ -1522,54 +1879,15 @@ static int mount_rootfs(struct sup *s, struct dsec_container_opts *o,
   if (chdir("/") < 0)
     return dsec_fail(err, errno, "chdir /");
 
-  json_array_foreach(json_object_get(s->spec, "mounts"), i, m)
   {
-    const char *src = json_string_value(json_object_get(m, "source"));
-    const char *dst = json_string_value(json_object_get(m, "target"));
-    bool ro = json_is_true(json_object_get(m, "ro"));
-    _cleanup_free_ char *target = xasprintf("%s%s", rootfs, dst);
-    struct mount_attr attr = { .attr_set = MOUNT_ATTR_IDMAP | MOUNT_ATTR_NOSUID |
-                                           MOUNT_ATTR_NODEV |
-                                           (ro ? MOUNT_ATTR_RDONLY : 0),
-                               .userns_fd = (uint64_t) userns };
-    _cleanup_close_ int t = -1;
-    struct stat st;
-
-    if (stat(src, &st) < 0)
-      return dsec_error_set(err, DSEC_EXIT_INPUT, errno, "mount source %s",
-                            src);
-    /* the target is created inside the overlay, owned by the sandbox */
-    if (S_ISDIR(st.st_mode)) {
-      if (dsec_mkdir_p(AT_FDCWD, target, 0755, err) < 0)
+    _cleanup_close_ int rfd = open(rootfs, O_PATH | O_DIRECTORY | O_CLOEXEC);
+    if (rfd < 0)
+      return dsec_fail(err, errno, "cannot open %s", rootfs);
+    json_array_foreach(json_object_get(s->spec, "mounts"), i, m)
+    {
+      if (bind_into_root(rfd, m, userns, base, err) < 0)
         return -1;
-    } else {
-      _cleanup_free_ char *parent = xstrdup(target);
-      int fd;
-      *strrchr(parent, '/') = '\0';
-      if (dsec_mkdir_p(AT_FDCWD, parent, 0755, err) < 0)
-        return -1;
-      fd = open(target, O_CREAT | O_WRONLY | O_CLOEXEC | O_NOFOLLOW, 0644);
-      if (fd >= 0)
-        close(fd);
     }
-    if (lchown(target, base, base) < 0)
-      return dsec_fail(err, errno, "cannot give %s to the sandbox", dst);
-    t = (int) syscall(SYS_open_tree, AT_FDCWD, src,
-                      OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC | AT_RECURSIVE);
-    if (t < 0)
-      return dsec_fail(err, errno, "cannot open mount source %s", src);
-    if (syscall(SYS_mount_setattr, t, "", AT_EMPTY_PATH | AT_RECURSIVE, &attr,
-                sizeof attr) < 0) {
-      /* a filesystem without idmapping support: mount it as it is */
-      attr.attr_set &= ~(uint64_t) MOUNT_ATTR_IDMAP;
-      attr.userns_fd = 0;
-      if (syscall(SYS_mount_setattr, t, "", AT_EMPTY_PATH | AT_RECURSIVE,
-                  &attr, sizeof attr) < 0)
-        return dsec_fail(err, errno, "cannot set up mount %s", src);
-    }
-    if (syscall(SYS_move_mount, t, "", AT_FDCWD, target,
-                MOVE_MOUNT_F_EMPTY_PATH) < 0)
-      return dsec_fail(err, errno, "cannot mount %s on %s", src, dst);
   }
   return 0;
 }
@@ -1599,7 +1917,7 @@ _Noreturn void dsec_supervisor_main(struct dsec_container_opts *o)
   struct sup sv = { 0 }, *s = &sv;
   struct dsec_error *err = NULL;
   struct stage1_args a = { 0 };
-  int ip[2] = { -1, -1 }, sync[2] = { -1, -1 };
+  int ip[2] = { -1, -1 };
   _cleanup_free_ char *now = dsec_time_rfc3339();
   _cleanup_free_ char *userns_path = NULL;
   _cleanup_close_ int userns = -1;
@@ -1694,8 +2012,7 @@ _Noreturn void dsec_supervisor_main(struct dsec_container_opts *o)
     goto fail;
 
   /* 3. stage1 in a new user namespace */
-  if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, ip) < 0 ||
-      pipe2(sync, O_CLOEXEC) < 0) {
+  if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, ip) < 0) {
     dsec_fail(&err, errno, "cannot create the control channel");
     goto fail;
   }
@@ -1706,24 +2023,17 @@ _Noreturn void dsec_supervisor_main(struct dsec_container_opts *o)
     setsockopt(ip[0], SOL_SOCKET, SO_RCVBUFFORCE, &sz, sizeof sz);
     setsockopt(ip[1], SOL_SOCKET, SO_RCVBUFFORCE, &sz, sizeof sz);
   }
-  a.sync_fd = sync[0];
   a.sock = ip[1];
-  a.root = NULL;
+  a.rootfd = -1;
   a.spec = o->spec;
   a.fncall = s->fncall;
-  {
-    _cleanup_free_ char *root = xasprintf("%s/rootfs", s->run);
-    a.root = root;
-    s->stage1_pid = (pid_t) syscall(SYS_clone, CLONE_NEWUSER | SIGCHLD, NULL,
-                                    NULL, NULL, 0);
-    if (s->stage1_pid == 0) {
-      close(ip[0]);
-      close(sync[1]);
-      stage1(&a);
-    }
+  s->stage1_pid = (pid_t) syscall(SYS_clone, CLONE_NEWUSER | SIGCHLD, NULL,
+                                  NULL, NULL, 0);
+  if (s->stage1_pid == 0) {
+    close(ip[0]);
+    stage1(&a);
   }
   close(ip[1]);
-  close(sync[0]);
   s->isock = ip[0];
   if (s->stage1_pid < 0) {
     dsec_fail(&err, errno, "cannot create a user namespace");
@@ -1757,13 +2067,18 @@ _Noreturn void dsec_supervisor_main(struct dsec_container_opts *o)
   if (mount_rootfs(s, o, userns, base, &err) < 0)
     goto fail;
 
-  /* 5. go */
-  if (write(sync[1], "g", 1) != 1) {
-    dsec_fail(&err, errno, "stage1 is gone");
-    goto fail;
+  /* 5. go, with the root file system */
+  {
+    _cleanup_free_ char *rootfs = xasprintf("%s/rootfs", s->run);
+    _cleanup_close_ int rfd = open(rootfs, O_PATH | O_DIRECTORY | O_CLOEXEC);
+    json_t *go = json_pack("{s:s}", "op", "go");
+    int r = rfd < 0 ? -1 : msg_send(s->isock, go, &rfd, 1);
+    json_decref(go);
+    if (r < 0) {
+      dsec_fail(&err, errno, "cannot start stage1");
+      goto fail;
+    }
   }
-  close(sync[1]);
-  sync[1] = -1;
   {
     int st;
     while (waitpid(s->stage1_pid, &st, 0) < 0 && errno == EINTR)
@@ -1839,8 +2154,7 @@ _Noreturn void dsec_supervisor_main(struct dsec_container_opts *o)
                        "supervisor_pid", (int) getpid(), "supervisor_start",
                        (json_int_t) dsec_process_starttime(getpid()),
                        "init_pid", (int) s->init_pid, "created", now, "cgroup",
-                       dsec_cgroup_to_json(s->cg), "rootfs",
-                       a.root ? "" : "", "socket", "");
+                       dsec_cgroup_to_json(s->cg), "rootfs", "", "socket", "");
   {
     _cleanup_free_ char *rootfs = xasprintf("%s/rootfs", s->run);
     _cleanup_free_ char *sock = xasprintf("%s/ctl.sock", s->run);

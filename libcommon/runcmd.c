@@ -20,7 +20,7 @@
 #include "container.h"
 #include "fsutil.h"
 #include "image.h"
-#include "layer.h"
+#include "process.h"
 #include "log.h"
 #include "sandbox.h"
 #include "spec.h"
@@ -214,9 +214,10 @@ static bool option_ok(const char *verb, int opt)
     return create;
   case OPT_LABEL:
     return create || strcmp(verb, "ps") == 0;
-  case OPT_ENV: case OPT_WORKDIR: case OPT_TIMEOUT: case OPT_MAX_OUTPUT:
-  case OPT_STDIN: case OPT_SEQ:
+  case OPT_ENV: case OPT_WORKDIR:
     return create || strcmp(verb, "exec") == 0;
+  case OPT_TIMEOUT: case OPT_MAX_OUTPUT: case OPT_STDIN: case OPT_SEQ:
+    return strcmp(verb, "run") == 0 || strcmp(verb, "exec") == 0;
   case OPT_REQUESTS:
     return strcmp(verb, "exec") == 0;
   case OPT_RM: case OPT_ATTACH: case OPT_RESULT:
@@ -461,7 +462,7 @@ static int parse(int argc, char **argv, struct opts *o, bool *exit_now)
       return dsec_usage_error("exec: give one sandbox ID");
     if (!o->requests == (o->ncmd == 0))
       return dsec_usage_error("exec: give either -- CMD... or --requests");
-    if (o->requests && json_object_size(o->exec))
+    if (o->requests && (json_object_size(o->exec) || o->stdin_file))
       return dsec_usage_error("exec: --requests carries its own fields");
   }
   if ((strcmp(o->verb, "inspect") == 0 || strcmp(o->verb, "events") == 0) &&
@@ -545,6 +546,45 @@ static void remove_sandbox_files(const char *id, json_t *spec)
     dsec_sandbox_name_release(name, id);
 }
 
+/* The directory of a materialised layer.  The first use of a layer on this
+ * store materialises it through dsec-layer: that cold path needs the
+ * archive libraries, which dsec-run does not load (every exec pays for
+ * each library a program loads). */
+static char *layer_dir(struct dsec_store *s, const char *digest,
+                       struct dsec_error **err)
+{
+  char *path = xasprintf("%s/layers/%s/rootfs", s->path,
+                         dsec_digest_hex(digest));
+  char self[4096];
+  _cleanup_free_ char *prog = NULL;
+  ssize_t n;
+
+  if (access(path, F_OK) == 0)
+    return path;
+  n = readlink("/proc/self/exe", self, sizeof self - 1);
+  if (n > 0) {
+    self[n] = '\0';
+    *strrchr(self, '/') = '\0';
+    prog = xasprintf("%s/dsec-layer", self);
+  }
+  if (!prog || access(prog, X_OK) < 0) {
+    free(prog);
+    prog = xstrdup("dsec-layer");
+  }
+  {
+    char *argv[] = { prog, "materialise", (char *) digest, NULL };
+    _cleanup_free_ char *out = NULL;
+    if (dsec_run_program(argv, NULL, &out, err) < 0 || access(path, F_OK) < 0) {
+      free(path);
+      if (err && !*err)
+        dsec_fail(err, errno, "layer %s was not materialised", digest);
+      dsec_error_wrap(err, "layer %s", digest);
+      return NULL;
+    }
+  }
+  return path;
+}
+
 /* Creates the sandbox; *id gets its id. */
 static int do_create(struct opts *o, char **id_out, json_t **record,
                      struct dsec_error **err)
@@ -602,10 +642,9 @@ static int do_create(struct opts *o, char **id_out, json_t **record,
     layers = xzalloc(sizeof *layers * (n_layers + 1));
     json_array_foreach(json_object_get(env, "layers"), i, l)
     {
-      bool made;
-      if (dsec_layer_materialise(store,
-                                 json_string_value(json_object_get(l, "digest")),
-                                 DSEC_FORMAT_DIR, &layers[i], &made, err) < 0)
+      layers[i] = layer_dir(store, json_string_value(json_object_get(l, "digest")),
+                            err);
+      if (!layers[i])
         goto out;
       json_object_set_new(l, "path", json_string(layers[i]));
     }
@@ -984,8 +1023,14 @@ static int do_kill(struct opts *o, struct dsec_error **err)
   if (sig < 0)
     return dsec_error_set(err, DSEC_EXIT_USAGE, 0, "unknown signal `%s`",
                           o->args[1]);
-  if (!id || connect_running(id, &c, err) < 0)
+  if (!id)
     return -1;
+  if (connect_running(id, &c, err) < 0) {
+    /* kill is not an exec: its failures are plain failures */
+    if ((*err)->status == DSEC_EXIT_INTERNAL)
+      (*err)->status = DSEC_EXIT_FAILURE;
+    return -1;
+  }
   req = json_pack("{s:s, s:i}", "op", "kill", "signal", sig);
   res = dsec_conn_call(c, req, err);
   json_decref(req);
@@ -1154,7 +1199,8 @@ static int do_events(struct opts *o, struct dsec_error **err)
 static int write_result_file(const char *file, json_t *res,
                              struct dsec_error **err)
 {
-  _cleanup_free_ char *text = json_dumps(res, JSON_COMPACT);
+  _cleanup_free_ char *text = json_dumps(res, JSON_COMPACT |
+                                                 JSON_REAL_PRECISION(10));
   _cleanup_free_ char *line = xasprintf("%s\n", text);
   return dsec_write_file_atomic(AT_FDCWD, file, line, strlen(line), 0644, err);
 }

@@ -1,7 +1,8 @@
 #!/usr/bin/env bats
 # --help, the man page and the bash completion of each program must tell
-# the same story: the same long options, and for dsec-layer the same
-# commands, each option offered for the commands --help says it applies to.
+# the same story: the same long options, and for dsec-layer and dsec-run
+# the same commands, each option offered for the commands it applies to
+# (dsec-layer: as --help says; dsec-run: as dsec-run itself answers).
 # An option added to --help without a man page entry and a completion
 # fails here.
 
@@ -9,16 +10,17 @@ load helpers/common
 
 bats_require_minimum_version 1.5.0
 
-PROGS=(dsec-pull dsec-layer)
+PROGS=(dsec-pull dsec-layer dsec-run)
 
 setup() {
   common_setup
 }
 
 # The long options of `PROG --help`: the option column of its "Options:"
-# list, one per line, sorted.
+# lists ("Options:", "Create options (...):", "Other options:"...), one
+# per line, sorted.
 help_options() {
-  "$1" --help | sed -n '/^Options:/,/^$/p' |
+  "$1" --help | sed -nE '/^(.* )?[Oo]ptions( .*)?:$/,/^$/p' |
     grep -oE '^ +(-[A-Za-z], +)?--[a-z][a-z-]*' |
     grep -o -- '--[a-z][a-z-]*' | LC_ALL=C sort -u
 }
@@ -118,6 +120,13 @@ same_set() {
   done | LC_ALL=C sort -u)
   help=$(help_options "$prog")
   same_set "$prog" --help "$help" "completion of '$prog CMD --'" "$offered"
+
+  prog=dsec-run
+  offered=$(for cmd in "" $(help_commands "$prog"); do
+    complete_line "$prog $cmd${cmd:+ }--"
+  done | LC_ALL=C sort -u)
+  help=$(help_options "$prog")
+  same_set "$prog" --help "$help" "completion of '$prog CMD --'" "$offered"
 }
 
 @test "man pages list their options in alphabetical order" {
@@ -142,6 +151,13 @@ same_set() {
     done
   done
   grep -qE '^\.SH "?COMMANDS"?$' "$DSEC_SRCDIR/man/dsec-layer.1"
+  page=$DSEC_SRCDIR/man/dsec-run.1
+  for s in COMMANDS SPEC "EXEC PROTOCOL" STATES FILES SECURITY ENVIRONMENT; do
+    grep -qE "^\.SH \"?$s\"?\$" "$page" ||
+      { echo "$page: no $s section" >&2; false; }
+    [ -n "$(man_section "$page" "$s")" ] ||
+      { echo "$page: empty $s section" >&2; false; }
+  done
 }
 
 @test "man pages list every exit status" {
@@ -154,16 +170,25 @@ same_set() {
         { echo "$prog.1: exit status $code not listed" >&2; false; }
     done
   done
+  # exec and run pass the command's status through
+  tags=$(man_tags "$DSEC_SRCDIR/man/dsec-run.1" "EXIT STATUS" |
+    sed 's/^\.[A-Z]* //')
+  for code in 124 125 126 127 128+N; do
+    grep -qx "$code" <<<"$tags" ||
+      { echo "dsec-run.1: exit status $code not listed" >&2; false; }
+  done
 }
 
-@test "dsec-layer: every command of --help is in the man page and the completion" {
-  local help man comp
-  help=$(help_commands dsec-layer)
-  man=$(man_commands "$DSEC_SRCDIR/man/dsec-layer.1")
-  comp=$(complete_line "dsec-layer " | LC_ALL=C sort -u)
-  [ -n "$help" ]
-  same_set dsec-layer "--help commands" "$help" "man COMMANDS" "$man"
-  same_set dsec-layer "--help commands" "$help" "completed commands" "$comp"
+@test "every command of --help is in the man page and the completion" {
+  local prog help man comp
+  for prog in dsec-layer dsec-run; do
+    help=$(help_commands "$prog")
+    man=$(man_commands "$DSEC_SRCDIR/man/$prog.1")
+    comp=$(complete_line "$prog " | LC_ALL=C sort -u)
+    [ -n "$help" ] || { echo "$prog: no commands found in --help" >&2; false; }
+    same_set "$prog" "--help commands" "$help" "man COMMANDS" "$man"
+    same_set "$prog" "--help commands" "$help" "completed commands" "$comp"
+  done
 }
 
 @test "dsec-layer: the completion offers each option for its commands only" {
@@ -186,6 +211,73 @@ same_set() {
   done < <(dsec-layer --help | sed -n '/^Options:/,/^$/p' | grep -E '^ +(-[A-Za-z], +)?--')
 }
 
+# The options dsec-run accepts for VERB ("" for before the command), one
+# per line, sorted, found by asking dsec-run: each option of --help is
+# given alone (with a value when --help shows one), with arguments the
+# command rejects, so nothing is ever run.  "does not apply" (or, before
+# the command, "before the command") means refused; exit 0 (--help,
+# --version) or another usage error means accepted; anything else fails.
+dsec_run_accepted() {
+  local verb=$1 line opt arg out status
+  local -a extra=()
+  case $verb in create | ps) extra=(an-argument) ;; esac
+  while IFS= read -r line; do
+    opt=$(grep -oE -- '--[a-z][a-z-]*' <<<"$line" | head -n1)
+    arg=
+    [[ $line == *"$opt="* ]] && arg==1
+    status=0
+    if [ -n "$verb" ]; then
+      out=$(dsec-run "$verb" "$opt$arg" "${extra[@]}" 2>&1 >/dev/null) ||
+        status=$?
+    else
+      out=$(dsec-run "$opt$arg" 2>&1 >/dev/null) || status=$?
+    fi
+    if [ "$status" -eq 2 ] &&
+      grep -qE -- "(option $opt does not apply|\`$opt.*\` before the command)" \
+        <<<"$out"; then
+      continue
+    elif [ "$status" -eq 0 ] || { [ "$status" -eq 2 ] &&
+      ! grep -qE 'unrecognized|requires an argument|allow an argument' \
+        <<<"$out"; }; then
+      echo "$opt"
+    else
+      echo "dsec-run ${verb:-(no command)} $opt$arg: exit $status: $out" >&2
+      return 1
+    fi
+  done < <(dsec-run --help | sed -nE '/^(.* )?[Oo]ptions( .*)?:$/,/^$/p' |
+    grep -E '^ +(-[A-Za-z], +)?--')
+}
+
+@test "dsec-run: the completion offers each command the options it accepts" {
+  local verb accepted offered
+  for verb in "" $(help_commands dsec-run); do
+    accepted=$(dsec_run_accepted "$verb" | LC_ALL=C sort -u)
+    [ -n "$accepted" ]
+    offered=$(complete_line "dsec-run $verb${verb:+ }--" | LC_ALL=C sort -u)
+    same_set "dsec-run ${verb:-(no command)}" "accepted options" "$accepted" \
+      "completed options" "$offered"
+  done
+  # the probe tells options apart (it does not find every option accepted)
+  [ -z "$(dsec_run_accepted kill | grep -x -- --force)" ]
+  dsec_run_accepted rm | grep -qx -- --force
+}
+
+@test "dsec-run: the completion offers ids and names from DSEC_ROOT" {
+  local offered verb
+  mkdir -p "$DSEC_ROOT/sandboxes/sb-0123456789abcdef" "$DSEC_ROOT/names"
+  echo sb-0123456789abcdef >"$DSEC_ROOT/names/rollout-17"
+  for verb in exec inspect events rm kill; do
+    offered=$(complete_line "dsec-run $verb " | LC_ALL=C sort)
+    same_set "dsec-run $verb" expected "$(printf '%s\n' rollout-17 \
+      sb-0123456789abcdef)" offered "$offered"
+  done
+  [ "$(complete_line "dsec-run exec rollout-17 ")" = -- ]
+  [ -z "$(complete_line "dsec-run exec rollout-17 -- ")" ]
+  [ -z "$(complete_line "dsec-run exec rollout-17 -- --")" ]
+  complete_line "dsec-run kill rollout-17 " | grep -qx TERM
+  [ "$(complete_line "dsec-run create --backend=f")" = fncall ]
+}
+
 @test "the completions parse" {
   local prog
   for prog in "${PROGS[@]}"; do
@@ -203,4 +295,6 @@ same_set() {
   [ -n "$(helpers "$DSEC_SRCDIR/completions/bash/dsec-pull")" ]
   diff <(helpers "$DSEC_SRCDIR/completions/bash/dsec-pull") \
     <(helpers "$DSEC_SRCDIR/completions/bash/dsec-layer")
+  diff <(helpers "$DSEC_SRCDIR/completions/bash/dsec-pull") \
+    <(helpers "$DSEC_SRCDIR/completions/bash/dsec-run")
 }
