@@ -204,8 +204,9 @@ static const char *const readonly_paths[] = {
   "/proc/sys", "/proc/irq", "/proc/bus", "/proc/fs", NULL,
 };
 
-static void die_init(int sock, const char *fmt, ...) _printf_(2, 3);
-static void die_init(int sock, const char *fmt, ...)
+static void die_init_status(int sock, int status, const char *fmt, ...)
+  _printf_(3, 4);
+static void die_init_status(int sock, int status, const char *fmt, ...)
 {
   int e = errno;
   char what[4096];
@@ -215,11 +216,14 @@ static void die_init(int sock, const char *fmt, ...)
   va_start(ap, fmt);
   vsnprintf(what, sizeof what, fmt, ap);
   va_end(ap);
-  m = json_pack("{s:s, s:s, s:i}", "op", "failed", "msg", what, "errno", e);
+  m = json_pack("{s:s, s:s, s:i, s:i}", "op", "failed", "msg", what, "errno",
+                e, "status", status);
   msg_send(sock, m, NULL, 0);
   json_decref(m);
   _exit(1);
 }
+
+#define die_init(sock, ...) die_init_status((sock), DSEC_EXIT_FAILURE, __VA_ARGS__)
 
 /* Attaches a detached mount (from open_tree) on path; closes t. */
 static int attach(int t, const char *path)
@@ -387,6 +391,10 @@ static void protect_and_hide(json_t *spec, int sock)
   json_array_foreach(json_object_get(spec, "protect"), i, v)
   {
     const char *p = json_string_value(v);
+    struct stat st;
+    if (lstat(p, &st) < 0)
+      die_init_status(sock, DSEC_EXIT_INPUT, "protect: %s does not exist in "
+                                             "the sandbox", p);
     if (bind_ro(p) < 0)
       die_init(sock, "cannot protect %s", p);
   }
@@ -2104,9 +2112,11 @@ _Noreturn void dsec_supervisor_main(struct dsec_container_opts *o)
     }
     op = json_string_value(json_object_get(m, "op"));
     if (op && strcmp(op, "failed") == 0) {
-      dsec_fail(&err, (int) json_integer_value(json_object_get(m, "errno")),
-                "sandbox setup: %s",
-                json_string_value(json_object_get(m, "msg")));
+      json_int_t st = json_integer_value(json_object_get(m, "status"));
+      dsec_error_set(&err, st ? (int) st : DSEC_EXIT_FAILURE,
+                     (int) json_integer_value(json_object_get(m, "errno")),
+                     "sandbox setup: %s",
+                     json_string_value(json_object_get(m, "msg")));
       json_decref(m);
       goto fail;
     }

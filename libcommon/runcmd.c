@@ -605,6 +605,16 @@ static int do_create(struct opts *o, char **id_out, json_t **record,
   backend = json_string_value(json_object_get(spec, "backend"));
   if (strcmp(backend, "container") != 0 && strcmp(backend, "fncall") != 0)
     return dsec_bad_input(err, "backend `%s` is served by dsec-vm", backend);
+  /* what this version cannot do is refused, never quietly replaced */
+  if (strcmp(json_string_value(json_object_get(json_object_get(spec, "network"),
+                                               "mode")),
+             "proxy") == 0)
+    return dsec_bad_input(err, "network mode \"proxy\" is not available in "
+                               "this version of dsec");
+  if (strcmp(json_string_value(json_object_get(spec, "idle_action")),
+             "suspend") == 0)
+    return dsec_bad_input(err, "idle_action \"suspend\" is not available in "
+                               "this version of dsec");
   if (geteuid() != 0)
     return dsec_fail(err, EPERM, "%s needs root here: it maps the sandbox's "
                                  "users with idmapped mounts",
