@@ -35,6 +35,7 @@
 #include <math.h>
 #include <net/if.h>
 #include <poll.h>
+#include <pthread.h>
 #include <sched.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -1449,16 +1450,17 @@ static void sup_teardown(struct sup *s, const char *state, const char *cause)
   _cleanup_free_ char *now = dsec_time_rfc3339();
   _cleanup_error_ struct dsec_error *e = NULL;
 
-  if (s->init_pid > 0)
+  /* init is PID 1 of the sandbox: when it dies the kernel kills the rest */
+  if (s->init_pid > 0) {
     kill(s->init_pid, SIGKILL);
+    while (waitpid(s->init_pid, NULL, 0) < 0 && errno == EINTR)
+      ;
+  }
   if (s->cg) {
     dsec_cgroup_destroy(s->cg, &e);
     if (e)
       dsec_warn("%s", e->msg);
   }
-  if (s->init_pid > 0)
-    while (waitpid(s->init_pid, NULL, 0) < 0 && errno == EINTR)
-      ;
   /* answer whoever still waits */
   for (size_t i = 0; i < s->njobs; i++) {
     struct job *j = s->jobs[i];
@@ -1920,8 +1922,24 @@ static int listen_socket(struct sup *s, struct dsec_error **err)
   return fd;
 }
 
+struct attach_job {
+  struct dsec_cgroup *cg;
+  pid_t pid;
+  struct dsec_error *err;
+};
+
+static void *attach_main(void *arg)
+{
+  struct attach_job *a = arg;
+  dsec_cgroup_attach(a->cg, a->pid, &a->err);
+  return NULL;
+}
+
 _Noreturn void dsec_supervisor_main(struct dsec_container_opts *o)
 {
+  struct attach_job attach = { 0 };
+  pthread_t attach_thread;
+  bool attach_started = false;
   struct sup sv = { 0 }, *s = &sv;
   struct dsec_error *err = NULL;
   struct stage1_args a = { 0 };
@@ -2062,8 +2080,15 @@ _Noreturn void dsec_supervisor_main(struct dsec_container_opts *o)
       goto fail;
     }
   }
-  if (dsec_cgroup_attach(s->cg, s->stage1_pid, &err) < 0)
+  /* Moving a task into a v1 cgroup waits for an RCU grace period (~10 ms
+   * here): it runs on a thread of its own while we mount. */
+  attach.cg = s->cg;
+  attach.pid = s->stage1_pid;
+  if (pthread_create(&attach_thread, NULL, attach_main, &attach) != 0) {
+    dsec_fail(&err, errno, "cannot start a thread");
     goto fail;
+  }
+  attach_started = true;
 
   /* 4. the root file system */
   userns_path = xasprintf("/proc/%d/ns/user", (int) s->stage1_pid);
@@ -2074,6 +2099,12 @@ _Noreturn void dsec_supervisor_main(struct dsec_container_opts *o)
   }
   if (mount_rootfs(s, o, userns, base, &err) < 0)
     goto fail;
+  pthread_join(attach_thread, NULL);
+  attach_started = false;
+  if (attach.err) {
+    err = steal_pointer(&attach.err);
+    goto fail;
+  }
 
   /* 5. go, with the root file system */
   {
@@ -2186,6 +2217,8 @@ _Noreturn void dsec_supervisor_main(struct dsec_container_opts *o)
   sup_loop(s);
 
 fail:
+  if (attach_started)
+    pthread_join(attach_thread, NULL);
   report(o->ready_fd, json_pack("{s:b, s:s, s:i, s:i}", "ok", false, "error",
                                 err ? err->msg : "unknown error", "status",
                                 err ? err->status : 1, "errno",

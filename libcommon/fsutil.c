@@ -159,6 +159,25 @@ int dsec_write_file_atomic(int dirfd, const char *name, const void *buf,
   return dsec_commit_tmp_at(dirfd, fd, tmp, name, err);
 }
 
+int dsec_write_file_replace(int dirfd, const char *name, const void *buf,
+                            size_t len, mode_t mode, struct dsec_error **err)
+{
+  _cleanup_free_ char *tmp = NULL;
+  _cleanup_close_ int fd = dsec_open_tmp_at(dirfd, name, mode, &tmp, err);
+
+  if (fd < 0)
+    return fd;
+  if (dsec_write_all(fd, buf, len, err) < 0 ||
+      renameat(dirfd, tmp, dirfd, name) < 0) {
+    int e = errno;
+    unlinkat(dirfd, tmp, 0);
+    if (err && *err)
+      return dsec_error_wrap(err, "%s", name);
+    return dsec_fail(err, e, "cannot rename %s into place", name);
+  }
+  return 0;
+}
+
 int dsec_mkdir_p(int dirfd, const char *path, mode_t mode,
                  struct dsec_error **err)
 {

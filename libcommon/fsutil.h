@@ -27,6 +27,11 @@ int dsec_commit_tmp_at(int dirfd, int fd, const char *tmpname,
                        const char *name, struct dsec_error **err);
 int dsec_write_file_atomic(int dirfd, const char *name, const void *buf,
                            size_t len, mode_t mode, struct dsec_error **err);
+/* Temp and rename without the fsyncs: readers see the old file or the new
+ * one, but a host crash may lose (or empty) the new one.  For state that
+ * a crash makes moot anyway (a running sandbox's), on hot paths. */
+int dsec_write_file_replace(int dirfd, const char *name, const void *buf,
+                            size_t len, mode_t mode, struct dsec_error **err);
 
 int dsec_fsync_dir(int dirfd, struct dsec_error **err);
 /* mkdir -p relative to dirfd; existing directories are fine. */

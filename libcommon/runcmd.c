@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -683,12 +684,13 @@ static int do_create(struct opts *o, char **id_out, json_t **record,
       goto fail_dir;
     }
     text = json_dumps(spec, JSON_COMPACT | JSON_REAL_PRECISION(10));
-    ret = dsec_write_file_atomic(dfd, "spec.json", text, strlen(text), 0644, err);
+    ret = dsec_write_file_replace(dfd, "spec.json", text, strlen(text), 0644,
+                                  err);
     free(text);
     if (ret == 0) {
       text = json_dumps(env, JSON_COMPACT);
-      ret = dsec_write_file_atomic(dfd, "environment.json", text, strlen(text),
-                                   0644, err);
+      ret = dsec_write_file_replace(dfd, "environment.json", text,
+                                    strlen(text), 0644, err);
       free(text);
     }
     st = json_pack("{s:s, s:s, s:s, s:s, s:i, s:i}", "type", "sandbox", "id",
@@ -944,11 +946,24 @@ static int stop_sandbox(const char *id, bool force, struct dsec_error **err)
         dsec_conn_close(c);
       }
     }
-    /* wait for it, then make sure */
-    for (int i = 0; i < 1000 && dsec_process_alive(sup, start); i++) {
-      if (force || i == 500)
+    /* wait for it (5 s at most before SIGKILL), then make sure */
+    {
+      int pfd = (int) syscall(SYS_pidfd_open, sup, 0);
+      if (force)
         kill(sup, SIGKILL);
-      usleep(i < 50 ? 1000 : 10000);
+      if (pfd >= 0 && dsec_process_alive(sup, start)) {
+        struct pollfd p = { pfd, POLLIN, 0 };
+        if (poll(&p, 1, force ? 10000 : 5000) == 0) {
+          kill(sup, SIGKILL);
+          poll(&p, 1, 10000);
+        }
+      }
+      if (pfd >= 0)
+        close(pfd);
+      for (int i = 0; i < 200 && dsec_process_alive(sup, start); i++) {
+        kill(sup, SIGKILL);
+        usleep(10000);
+      }
     }
     if (dsec_process_alive(sup, start))
       return dsec_fail(err, EBUSY, "the supervisor of %s does not stop", id);

@@ -220,8 +220,10 @@ int dsec_sandbox_state_write(const char *id, json_t *state,
   if (dfd < 0)
     return dsec_fail(err, errno, "cannot open %s", dir);
   text = json_dumps(state, JSON_COMPACT | JSON_REAL_PRECISION(10));
-  return dsec_write_file_atomic(dfd, "state.json", text, strlen(text), 0644,
-                                err);
+  /* no fsync: a sandbox does not survive a host crash, and readers take a
+   * missing or torn state.json for "died" */
+  return dsec_write_file_replace(dfd, "state.json", text, strlen(text), 0644,
+                                 err);
 }
 
 uint64_t dsec_process_starttime(pid_t pid)
