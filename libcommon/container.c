@@ -55,6 +55,7 @@
 #include <sys/un.h>
 #include <sys/wait.h>
 #include <unistd.h>
+#include <openssl/evp.h>
 
 #include "cgroup.h"
 #include "fsutil.h"
@@ -784,6 +785,8 @@ struct capture {
   uint64_t total;
   int fd;
   struct watch w;
+  struct job *job;
+  const char *name; /* "stdout" or "stderr" */
 };
 
 struct client;
@@ -801,6 +804,7 @@ struct job {
   size_t stdin_len, stdin_off;
   double start, deadline;
   int64_t oom_before;
+  bool stream; /* send output as it comes (run --attach) */
   bool timed_out, exited, kill_sent;
   int status;
   char *error;
@@ -927,9 +931,29 @@ static void client_close(struct sup *s, struct client *cl)
   free(cl);
 }
 
+/* Streams a chunk of output to the client, base64 so bytes stay bytes. */
+static void stream_chunk(struct capture *c, const char *buf, size_t n)
+{
+  struct job *j = c->job;
+  char *b64;
+  json_t *m;
+
+  if (!j || !j->stream || !j->cl)
+    return;
+  b64 = xmalloc(4 * ((n + 2) / 3) + 1);
+  EVP_EncodeBlock((unsigned char *) b64, (const unsigned char *) buf, (int) n);
+  m = json_pack("{s:s, s:s, s:s}", "type", "output", "stream", c->name,
+                "data_b64", b64);
+  client_write(j->cl, m);
+  json_decref(m);
+  free(b64);
+}
+
 static void capture_read(struct capture *c, uint64_t cap)
 {
   char buf[65536];
+  if (c->fd < 0)
+    return;
   for (;;) {
     ssize_t n = read(c->fd, buf, sizeof buf);
     if (n < 0 && errno == EINTR)
@@ -950,6 +974,7 @@ static void capture_read(struct capture *c, uint64_t cap)
       c->len += keep;
     }
     c->total += (uint64_t) n;
+    stream_chunk(c, buf, (size_t) n);
   }
 }
 
@@ -1190,6 +1215,10 @@ static void job_start(struct sup *s, struct client *cl, json_t *req)
   j->xid = ++s->next_xid;
   j->cl = cl;
   j->out.fd = j->err.fd = j->in_fd = -1;
+  j->out.job = j->err.job = j;
+  j->out.name = "stdout";
+  j->err.name = "stderr";
+  j->stream = json_is_true(json_object_get(req, "stream"));
   v = json_object_get(req, "max_output_bytes");
   j->cap = v && json_is_integer(v) ? (uint64_t) json_integer_value(v) : 1u << 20;
   workdir = json_string_value(json_object_get(req, "workdir"));

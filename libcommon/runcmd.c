@@ -15,6 +15,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <openssl/evp.h>
+
 #include "cgroup.h"
 #include "cli.h"
 #include "client.h"
@@ -861,6 +863,55 @@ static int exec_one(const char *id, json_t *req, json_t **res,
   return 0;
 }
 
+/* run --attach: the command's output as it comes, on our stdout and
+ * stderr; *res gets the final result. */
+static int exec_attached(const char *id, json_t *req, json_t **res,
+                         struct dsec_error **err)
+{
+  struct dsec_conn *c = NULL;
+  int ret = connect_running(id, &c, err);
+
+  if (ret < 0) {
+    (*err)->status = DSEC_EXIT_INTERNAL;
+    return -1;
+  }
+  if (dsec_conn_send(c, req, err) < 0)
+    goto fail;
+  for (;;) {
+    json_t *m = dsec_conn_recv(c, err);
+    const char *type, *b64;
+    if (!m)
+      goto fail;
+    type = json_string_value(json_object_get(m, "type"));
+    if (!type || strcmp(type, "output") != 0) {
+      *res = m;
+      dsec_conn_close(c);
+      return 0;
+    }
+    b64 = json_string_value(json_object_get(m, "data_b64"));
+    if (b64) {
+      size_t n = strlen(b64);
+      unsigned char *out = xmalloc(n / 4 * 3 + 3);
+      int len = EVP_DecodeBlock(out, (const unsigned char *) b64, (int) n);
+      /* EVP_DecodeBlock counts the padding as data */
+      if (len > 0 && n >= 2 && b64[n - 1] == '=')
+        len -= b64[n - 2] == '=' ? 2 : 1;
+      if (len > 0)
+        dsec_write_all(strcmp(json_string_value(json_object_get(m, "stream")),
+                              "stderr") == 0
+                         ? STDERR_FILENO
+                         : STDOUT_FILENO,
+                       out, (size_t) len, NULL);
+      free(out);
+    }
+    json_decref(m);
+  }
+fail:
+  (*err)->status = DSEC_EXIT_INTERNAL;
+  dsec_conn_close(c);
+  return -1;
+}
+
 static int do_requests(const char *id, const char *file, int *status,
                        struct dsec_error **err)
 {
@@ -1246,23 +1297,19 @@ static int do_run(struct opts *o, int *status, struct dsec_error **err)
       (*err)->status = DSEC_EXIT_INTERNAL;
     return -1;
   }
-  ret = exec_one(id, req, &res, err);
+  if (o->attach)
+    json_object_set_new(req, "stream", json_true());
+  ret = o->attach ? exec_attached(id, req, &res, err)
+                  : exec_one(id, req, &res, err);
   if (ret == 0) {
     *status = exit_status_of(res);
     if (o->result_file && write_result_file(o->result_file, res, err) < 0)
       ret = -1;
     if (ret == 0 && o->attach) {
-      /* a person at a terminal: the command's output, not JSON */
-      json_t *out = json_object_get(res, "stdout");
-      json_t *er = json_object_get(res, "stderr");
       const char *type = json_string_value(json_object_get(res, "type"));
       if (type && strcmp(type, "error") == 0)
         dsec_log(DSEC_LOG_ERROR, 0, "%s",
                  json_string_value(json_object_get(res, "error")));
-      dsec_write_all(STDOUT_FILENO, json_string_value(out) ? json_string_value(out) : "",
-                     json_string_length(out), NULL);
-      dsec_write_all(STDERR_FILENO, json_string_value(er) ? json_string_value(er) : "",
-                     json_string_length(er), NULL);
     } else if (ret == 0)
       ret = dsec_json_print(res, err);
     json_decref(res);
