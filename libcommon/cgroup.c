@@ -152,6 +152,15 @@ int dsec_cgroup_create(const char *id, json_t *resources,
     /* controllers sharing one v2 directory share the path */
     cg->path[c] = xasprintf("%s/dsec/%s", root, id);
     if (mkdir(cg->path[c], 0755) < 0 && errno != EEXIST) {
+      if (errno == EACCES || errno == EPERM || errno == EROFS) {
+        /* rootless without a delegated cgroup: said, not hidden */
+        free(cg->unavailable);
+        cg->unavailable = xasprintf("no writable cgroup for %s (%s)",
+                                    ctrl_names[c], strerror(errno));
+        free(cg->path[c]);
+        cg->path[c] = NULL;
+        continue;
+      }
       dsec_fail(err, errno, "cannot create %s", cg->path[c]);
       goto fail;
     }

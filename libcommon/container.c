@@ -488,8 +488,10 @@ static void drop_privileges(struct init_ctx *c, uid_t uid, gid_t gid)
   for (int cap = 0; cap <= c->last_cap; cap++)
     prctl(PR_CAPBSET_DROP, cap, 0, 0, 0);
   prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0);
-  if (setgroups(0, NULL) < 0 || setresgid(gid, gid, gid) < 0 ||
-      setresuid(uid, uid, uid) < 0) {
+  /* rootless, setgroups is denied in the user namespace (EPERM) and the
+   * supplementary groups are the host user's, unmapped */
+  if ((setgroups(0, NULL) < 0 && errno != EPERM) ||
+      setresgid(gid, gid, gid) < 0 || setresuid(uid, uid, uid) < 0) {
     dprintf(STDERR_FILENO, "dsec: cannot switch to user %u:%u: %s\n", uid,
             gid, strerror(errno));
     _exit(125);
@@ -741,7 +743,8 @@ _Noreturn static void stage1(struct stage1_args *a)
   }
   /* we came in as the host's root, which this namespace does not map:
    * become its root, so what we create is owned by a mapped user */
-  if (setresgid(0, 0, 0) < 0 || setgroups(0, NULL) < 0 ||
+  /* (rootless, setgroups is denied in our user namespace: EPERM is fine) */
+  if (setresgid(0, 0, 0) < 0 || (setgroups(0, NULL) < 0 && errno != EPERM) ||
       setresuid(0, 0, 0) < 0)
     die_init(a->sock, "cannot become root in the user namespace");
   /* enter the root while we share the supervisor's mounts: unshare below
@@ -839,6 +842,7 @@ struct sup {
   double start_ms, last_activity_ms;
   json_int_t ttl_s, idle_s;
   bool fncall;
+  bool rootless;        /* not root: a user namespace of our own, no idmaps */
   char *upperfs;        /* the disk-limited file system, or NULL */
   bool disk_full_seen;
   const char *end_state;
@@ -1849,6 +1853,11 @@ static int mount_rootfs(struct sup *s, struct dsec_container_opts *o,
     struct mount_attr attr = { .attr_set = MOUNT_ATTR_IDMAP | MOUNT_ATTR_RDONLY |
                                            MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV,
                                .userns_fd = (uint64_t) userns };
+    if (s->rootless) {
+      /* our layers are ours: nothing to map */
+      attr.attr_set &= ~(uint64_t) MOUNT_ATTR_IDMAP;
+      attr.userns_fd = 0;
+    }
     _cleanup_close_ int t = -1;
     char *nl;
 
@@ -2031,7 +2040,38 @@ _Noreturn void dsec_supervisor_main(struct dsec_container_opts *o)
     close(null);
   }
 
-  /* 1. a mount namespace of our own */
+  /* 1. a mount namespace of our own; rootless, inside a user namespace of
+   * our own that maps its root to us (the sandbox shares it: only one id
+   * is ours to map) */
+  s->rootless = geteuid() != 0;
+  if (s->rootless) {
+    char map[64];
+    uid_t uid = geteuid();
+    gid_t gid = getegid();
+    /* inside, we are root: pin the directories we resolved as ourselves */
+    {
+      _cleanup_free_ char *root = dsec_root_dir();
+      _cleanup_free_ char *run = dsec_run_dir();
+      setenv("DSEC_ROOT", root, 1);
+      setenv("DSEC_RUN", run, 1);
+    }
+    if (unshare(CLONE_NEWUSER) < 0) {
+      dsec_fail(&err, errno, "cannot create a user namespace (are "
+                             "unprivileged user namespaces enabled?)");
+      goto fail;
+    }
+    snprintf(map, sizeof map, "0 %u 1\n", uid);
+    if (write_file("/proc/self/setgroups", "deny") < 0 ||
+        write_file("/proc/self/uid_map", map) < 0) {
+      dsec_fail(&err, errno, "cannot map our user id");
+      goto fail;
+    }
+    snprintf(map, sizeof map, "0 %u 1\n", gid);
+    if (write_file("/proc/self/gid_map", map) < 0) {
+      dsec_fail(&err, errno, "cannot map our group id");
+      goto fail;
+    }
+  }
   if (unshare(CLONE_NEWNS) < 0 ||
       mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) < 0) {
     dsec_fail(&err, errno, "cannot create a mount namespace");
@@ -2082,8 +2122,9 @@ _Noreturn void dsec_supervisor_main(struct dsec_container_opts *o)
   a.rootfd = -1;
   a.spec = o->spec;
   a.fncall = s->fncall;
-  s->stage1_pid = (pid_t) syscall(SYS_clone, CLONE_NEWUSER | SIGCHLD, NULL,
-                                  NULL, NULL, 0);
+  s->stage1_pid = (pid_t) syscall(SYS_clone,
+                                  (s->rootless ? 0 : CLONE_NEWUSER) | SIGCHLD,
+                                  NULL, NULL, NULL, 0);
   if (s->stage1_pid == 0) {
     close(ip[0]);
     stage1(&a);
@@ -2094,8 +2135,13 @@ _Noreturn void dsec_supervisor_main(struct dsec_container_opts *o)
     dsec_fail(&err, errno, "cannot create a user namespace");
     goto fail;
   }
-  dsec_idmap_range(&base, &count);
-  {
+  if (s->rootless) {
+    /* the sandbox's root is our own root, which is us on the host */
+    base = 0;
+    count = 1;
+  } else
+    dsec_idmap_range(&base, &count);
+  if (!s->rootless) {
     char map[64], path[64];
     snprintf(map, sizeof map, "0 %u %u\n", base, count);
     snprintf(path, sizeof path, "/proc/%d/uid_map", (int) s->stage1_pid);

@@ -526,11 +526,15 @@ static json_t *sandbox_record(const char *id, json_t *st)
   static const char *const keys[] = { "name",    "state",   "backend",
                                       "created", "ended",   "cause",
                                       "init_pid", "supervisor_pid", NULL };
+  json_t *why = json_object_get(json_object_get(st, "cgroup"), "unavailable");
   for (const char *const *k = keys; *k; k++) {
     json_t *v = json_object_get(st, *k);
     if (v)
       json_object_set(r, *k, v);
   }
+  /* limits that could not be applied are said, never silently dropped */
+  if (why)
+    json_object_set(r, "limits_unavailable", why);
   return r;
 }
 
@@ -618,10 +622,18 @@ static int do_create(struct opts *o, char **id_out, json_t **record,
              "suspend") == 0)
     return dsec_bad_input(err, "idle_action \"suspend\" is not available in "
                                "this version of dsec");
-  if (geteuid() != 0)
-    return dsec_fail(err, EPERM, "%s needs root here: it maps the sandbox's "
-                                 "users with idmapped mounts",
-                     dsec_log_prog());
+  if (geteuid() != 0) {
+    /* rootless: one id is ours to map (root inside is us outside), and
+     * loop devices are root's */
+    uid_t u;
+    gid_t g;
+    dsec_parse_user(json_string_value(json_object_get(spec, "user")), &u, &g);
+    if (u != 0 || g != 0)
+      return dsec_bad_input(err, "rootless sandboxes run as 0:0 (only our own "
+                                 "id is mapped)");
+    if (json_object_get(json_object_get(spec, "resources"), "disk_mb"))
+      return dsec_fail(err, EPERM, "a disk limit needs root (loop devices)");
+  }
   {
     json_t *m;
     size_t i;
@@ -766,6 +778,14 @@ static int do_create(struct opts *o, char **id_out, json_t **record,
     if (!st)
       goto out;
     *record = sandbox_record(id, st);
+    {
+      json_t *r = json_object_get(spec, "resources");
+      json_t *why = json_object_get(*record, "limits_unavailable");
+      if (why && (json_object_get(r, "memory_mb") || json_object_get(r, "pids") ||
+                  json_object_get(r, "cpus")))
+        dsec_warn("%s: the limits asked for are not applied: %s", id,
+                  json_string_value(why));
+    }
   }
   *id_out = steal_pointer(&id);
   ret = 0;
