@@ -1,7 +1,8 @@
 #!/bin/sh
 # Installs every build and test dependency on Debian 12, builds dsec, and
 # does its main job end to end on an image made here from Debian's
-# busybox-static: import it into a store and print its record.
+# busybox-static: import it into a store, run a command in a sandbox made
+# from it, and print the result.
 #
 #   ./bootstrap.sh            as root (or with sudo available)
 #   ./bootstrap.sh --no-deps  skip the package installation
@@ -15,7 +16,7 @@ PACKAGES="build-essential autoconf automake libtool pkg-config
   libjansson-dev libarchive-dev libzstd-dev libseccomp-dev libcap-dev
   libcurl4-openssl-dev libssl-dev
   bats jq git erofs-utils busybox-static docker-registry skopeo
-  zstd xz-utils python3 strace util-linux"
+  zstd xz-utils python3 strace util-linux e2fsprogs iproute2"
 
 if [ "${1:-}" != "--no-deps" ]; then
   missing=
@@ -35,9 +36,12 @@ fi
 [ -f Makefile ] || ./configure --prefix=/usr/local --localstatedir=/var
 make -j"$(nproc)"
 
-# The demo: a busybox image built here, imported into a private store.
+# The demo: a busybox image built here, imported into a private store, and
+# a command run in a sandbox made from it (removed afterwards).
 demo=$(mktemp -d)
 trap 'rm -rf "$demo"' EXIT
+export DSEC_ROOT="${DSEC_ROOT:-$demo/root}" DSEC_RUN="${DSEC_RUN:-$demo/run}"
 examples/mkrootfs-busybox.sh "$demo/busybox.tar.gz"
-DSEC_ROOT="${DSEC_ROOT:-$demo/root}" ./dsec-pull --name busybox:demo \
-  "tar:$demo/busybox.tar.gz"
+./dsec-pull --name busybox:demo "tar:$demo/busybox.tar.gz"
+./dsec-run run --rm --image busybox:demo -- \
+  sh -c 'echo "hello from $(hostname), uid $(id -u), in $(uname -s)"'
