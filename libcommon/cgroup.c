@@ -243,13 +243,42 @@ int dsec_cgroup_attach(struct dsec_cgroup *cg, pid_t pid,
   return 0;
 }
 
+/* The value of "key N" in an open cgroup file, read from its start. */
+static int64_t pread_key(int fd, const char *key)
+{
+  char buf[4096];
+  size_t klen = strlen(key);
+  ssize_t n = pread(fd, buf, sizeof buf - 1, 0);
+  if (n <= 0)
+    return -1;
+  buf[n] = '\0';
+  for (char *line = buf; line && *line;) {
+    char *nl = strchr(line, '\n');
+    if (nl)
+      *nl = '\0';
+    if (strncmp(line, key, klen) == 0 && line[klen] == ' ')
+      return strtoll(line + klen + 1, NULL, 10);
+    line = nl ? nl + 1 : NULL;
+  }
+  return -1;
+}
+
 int64_t dsec_cgroup_oom_kills(struct dsec_cgroup *cg)
 {
   const char *p = cg->path[DSEC_CG_MEMORY];
   if (!p)
     return -1;
-  return cg->v2[DSEC_CG_MEMORY] ? read_key(p, "memory.events", "oom_kill")
-                                : read_key(p, "memory.oom_control", "oom_kill");
+  /* read around every exec: opened once */
+  if (cg->oom_fd <= 0) {
+    _cleanup_free_ char *path = xasprintf("%s/%s", p,
+                                          cg->v2[DSEC_CG_MEMORY]
+                                            ? "memory.events"
+                                            : "memory.oom_control");
+    cg->oom_fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (cg->oom_fd < 0)
+      return -1;
+  }
+  return pread_key(cg->oom_fd, "oom_kill");
 }
 
 int64_t dsec_cgroup_memory_current(struct dsec_cgroup *cg)
@@ -315,6 +344,10 @@ int dsec_cgroup_destroy(struct dsec_cgroup *cg, struct dsec_error **err)
   int ret = 0;
   if (!cg)
     return 0;
+  if (cg->oom_fd > 0) {
+    close(cg->oom_fd);
+    cg->oom_fd = 0;
+  }
   dsec_cgroup_kill_all(cg);
   for (int c = 0; c < DSEC_CG_N; c++) {
     if (!cg->path[c])
@@ -338,6 +371,8 @@ void dsec_cgroup_free(struct dsec_cgroup *cg)
 {
   if (!cg)
     return;
+  if (cg->oom_fd > 0)
+    close(cg->oom_fd);
   for (int c = 0; c < DSEC_CG_N; c++)
     free(cg->path[c]);
   free(cg->unavailable);

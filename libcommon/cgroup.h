@@ -24,6 +24,7 @@ struct dsec_cgroup {
   char *path[DSEC_CG_N]; /* directory per controller, NULL if unavailable */
   bool v2[DSEC_CG_N];
   char *unavailable;     /* why limits are missing (rootless), or NULL */
+  int oom_fd;            /* the file counting OOM kills, opened once (0: not yet) */
 };
 
 /* Creates the cgroups and applies resources (the spec's object). */
