@@ -1,0 +1,603 @@
+#!/usr/bin/env bash
+# bench/run.sh: how fast dsec-run creates, runs and removes sandboxes, next
+# to crun, bubblewrap and nsenter on the same busybox rootfs, in one run:
+#   1. create + exec `true` + destroy   (dsec-run run --rm | crun run | bwrap)
+#   2. exec `true` in a running sandbox (dsec-run exec | crun exec | nsenter)
+#   3. fncall calls per second          (one --requests stream | bare fork+exec)
+#   4. 64-way burst of creates          (dsec-run create | crun run -d)
+#   5. memory per idle sandbox          (200 dsec sandboxes | idle crun)
+# A benchmark, not a test: `make check` never runs it.  Needs root; installs
+# crun and bubblewrap from apt when missing.  Prints one table on stdout.
+# See bench/README for the columns and the knobs.
+set -euo pipefail
+export LC_ALL=C
+
+prog=run.sh
+here=$(cd "$(dirname "$0")" && pwd)
+top=$(dirname "$here")
+
+BIN=${DSEC_BIN:-$top}
+BENCH_DIR=${BENCH_DIR:-/var/tmp/dsec-bench-run}
+N_CYCLE=${BENCH_CYCLES:-50}
+N_EXEC=${BENCH_EXECS:-200}
+N_CALLS=${BENCH_CALLS:-2000}
+N_BURST=${BENCH_BURST:-64}
+N_IDLE=${BENCH_IDLE:-200}
+N_CRUN_IDLE=${BENCH_CRUN_IDLE:-5}
+N_WARM=${BENCH_WARMUP:-3}
+KEEP=${BENCH_KEEP:-0}
+
+log() { printf '%s: %s\n' "$prog" "$*" >&2; }
+die() { log "$*"; exit 1; }
+
+for v in N_CYCLE N_EXEC N_CALLS N_BURST N_IDLE N_CRUN_IDLE; do
+  [[ ${!v} =~ ^[1-9][0-9]*$ ]] || die "$v must be a positive integer"
+done
+[[ $N_WARM =~ ^[0-9]+$ ]] || die "BENCH_WARMUP must be a number"
+[[ $(id -u) -eq 0 ]] || die "needs root (dsec-run, crun, cgroups); run: sudo $0"
+for b in dsec-run dsec-pull; do
+  [[ -x $BIN/$b ]] || die "$BIN/$b not found: build dsec first (or set DSEC_BIN)"
+done
+DSEC=$BIN/dsec-run
+
+need_pkgs=()
+command -v crun >/dev/null || need_pkgs+=(crun)
+command -v bwrap >/dev/null || need_pkgs+=(bubblewrap)
+command -v nsenter >/dev/null || need_pkgs+=(util-linux)
+# the rootfs gets a copy of /bin/busybox: it must be the static one
+if [[ ! -x /bin/busybox ]] || ldd /bin/busybox >/dev/null 2>&1; then
+  need_pkgs+=(busybox-static)
+fi
+if ((${#need_pkgs[@]})); then
+  log "installing ${need_pkgs[*]}"
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get install -y -q "${need_pkgs[@]}" >/dev/null ||
+    { apt-get update -q >/dev/null && apt-get install -y -q "${need_pkgs[@]}" >/dev/null; } ||
+    die "apt-get install ${need_pkgs[*]} failed"
+fi
+for c in crun bwrap nsenter jq cc tar awk; do
+  command -v "$c" >/dev/null || die "missing tool: $c"
+done
+
+# ---------------------------------------------------------------- cleanup
+# Everything that can outlive the script is private to it: dsec's state
+# lives under $BENCH_DIR (so every sandbox there is ours), crun's state dir
+# is $BENCH_DIR/crun (so every container there is ours), crun's cgroups are
+# named after its containers ($CPFX*), and the only mounts made are inside
+# private mount namespaces (gone with their processes).
+mkdir -p "$BENCH_DIR"
+BENCH_DIR=$(cd "$BENCH_DIR" && pwd)
+WORK=$BENCH_DIR/work.$$
+export DSEC_ROOT=$BENCH_DIR/root DSEC_RUN=$BENCH_DIR/run
+unset DSEC_STORE DSEC_DEBUG DSEC_LOG_FORMAT
+CRUN_ROOT=$BENCH_DIR/crun
+CPFX=dsecbench-$$-
+BH=$WORK/bh
+HELPER_PID=
+
+dsec_ids() {
+  # every sandbox of our private root, whatever state it is in
+  local d
+  for d in "$DSEC_ROOT"/sandboxes/sb-*; do
+    [[ -d $d ]] && basename "$d"
+  done
+  return 0
+}
+
+cleanup() {
+  local rc=$? ids=() ctrs=() id pid comm d
+  trap - EXIT INT TERM HUP
+  set +e
+  if [[ -n $HELPER_PID ]] && kill -0 "$HELPER_PID" 2>/dev/null; then
+    kill "$HELPER_PID" 2>/dev/null
+    wait "$HELPER_PID" 2>/dev/null
+  fi
+  # dsec sandboxes: rm --force kills the supervisor, removes cgroups+files
+  mapfile -t ids < <(dsec_ids)
+  if ((${#ids[@]})); then
+    log "cleanup: dsec-run rm --force ${#ids[@]} sandbox(es)"
+    printf '%s\n' "${ids[@]}" | xargs -r -n 50 "$DSEC" rm --force >/dev/null 2>&1
+    for id in "${ids[@]}"; do
+      # a supervisor rm could not stop: ours by the state file, checked by
+      # name before it is killed
+      pid=$(jq -r '.supervisor_pid // 0' "$DSEC_ROOT/sandboxes/$id/state.json" 2>/dev/null)
+      if [[ -n $pid && $pid != 0 ]]; then
+        comm=$(cat "/proc/$pid/comm" 2>/dev/null)
+        [[ $comm == dsec-supervise ]] && kill -KILL "$pid" 2>/dev/null
+      fi
+      for d in /sys/fs/cgroup/*/dsec/"$id"; do
+        [[ -d $d ]] && rmdir "$d" 2>/dev/null
+      done
+    done
+  fi
+  # crun containers: delete -f each one in our state dir
+  if [[ -d $CRUN_ROOT ]]; then
+    mapfile -t ctrs < <(crun --root "$CRUN_ROOT" list -q 2>/dev/null)
+    if ((${#ctrs[@]})); then
+      log "cleanup: crun delete -f ${#ctrs[@]} container(s)"
+      for id in "${ctrs[@]}"; do
+        [[ -n $id ]] && crunw delete -f "$id" >/dev/null 2>&1
+      done
+    fi
+  fi
+  for d in /sys/fs/cgroup/*/"$CPFX"*; do
+    [[ -d $d ]] && rmdir "$d" 2>/dev/null
+  done
+  # nothing should be mounted under our dir; if something is, undo it
+  findmnt -rno TARGET | awk -v p="$BENCH_DIR/" 'index($0, p) == 1' | sort -r |
+    while read -r m; do umount -l "$m"; done
+  if [[ $KEEP != 1 ]]; then
+    rm -rf --one-file-system "$WORK" "$DSEC_ROOT" "$DSEC_RUN" "$CRUN_ROOT" 2>/dev/null
+    rmdir "$BENCH_DIR" 2>/dev/null
+  fi
+  exit "$rc"
+}
+trap cleanup EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
+trap 'exit 129' HUP
+
+# runs the helper in the background, so that a signal reaches the trap at
+# once and the trap can stop it
+helper() {
+  "$BH" "$@" &
+  HELPER_PID=$!
+  wait "$HELPER_PID"
+  local rc=$?
+  HELPER_PID=
+  return $rc
+}
+
+# ------------------------------------------------------------ the helper
+# bh run N CMD...        runs CMD N times one after the other ("{}" in an
+#                        argument becomes the run's index), prints the wall
+#                        time of each run in microseconds, fails on a
+#                        nonzero status
+# bh burst K DIR CMD...  starts K CMDs at once, each with stdout in
+#                        DIR/<i>.out; prints "i us status" per CMD
+# bh stream N CMD...     starts CMD once and writes N {"cmd":["true"]} lines
+#                        to it, one after the answer to the previous one;
+#                        prints each call's microseconds, then "total US"
+# bh nswrap CMD...       CMD in a private mount namespace with a tmpfs over
+#                        /sys/fs/cgroup/unified (crun 1.8 refuses a hybrid
+#                        layout whose cgroup2 tree owns a controller)
+mkdir -p "$WORK"
+cat >"$WORK/bh.c" <<'EOF'
+#define _GNU_SOURCE
+#include <errno.h>
+#include <fcntl.h>
+#include <sched.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mount.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+/* children get SIGTERM when we do, and are waited for: the script's
+ * cleanup must not race a create still in flight */
+static pid_t kids[4096];
+static int nkids;
+
+static void on_term(int sig)
+{
+  (void) sig;
+  for (int i = 0; i < nkids; i++)
+    if (kids[i] > 0)
+      kill(kids[i], SIGTERM);
+}
+
+static double now_us(void)
+{
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return t.tv_sec * 1e6 + t.tv_nsec / 1e3;
+}
+
+static char **subst(char **argv, int n, int idx)
+{
+  char **v = calloc((size_t) n + 1, sizeof *v);
+  for (int i = 0; i < n; i++) {
+    char *p = strstr(argv[i], "{}");
+    if (p) {
+      if (asprintf(&v[i], "%.*s%d%s", (int) (p - argv[i]), argv[i], idx,
+                   p + 2) < 0)
+        exit(1);
+    } else
+      v[i] = argv[i];
+  }
+  return v;
+}
+
+static pid_t spawn(char **argv, int out)
+{
+  pid_t pid = fork();
+  if (pid == 0) {
+    int null = open("/dev/null", O_RDWR);
+    dup2(null, 0);
+    dup2(out >= 0 ? out : null, 1);
+    dup2(null, 2);
+    execvp(argv[0], argv);
+    _exit(127);
+  }
+  if (pid > 0 && nkids < 4096)
+    kids[nkids++] = pid;
+  return pid;
+}
+
+int main(int argc, char **argv)
+{
+  if (argc < 3) {
+    fprintf(stderr, "usage: bh run|burst|stream|nswrap ...\n");
+    return 2;
+  }
+  {
+    struct sigaction sa = { .sa_handler = on_term };
+    sigaction(SIGTERM, &sa, NULL);
+  }
+  if (strcmp(argv[1], "nswrap") == 0) {
+    if (unshare(CLONE_NEWNS) < 0 ||
+        mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) < 0 ||
+        mount("none", "/sys/fs/cgroup/unified", "tmpfs", 0, NULL) < 0) {
+      perror("bh nswrap");
+      return 125;
+    }
+    execvp(argv[2], argv + 2);
+    perror(argv[2]);
+    return 127;
+  }
+  if (strcmp(argv[1], "run") == 0 && argc > 3) {
+    int n = atoi(argv[2]), cmdn = argc - 3;
+    for (int i = 0; i < n; i++) {
+      char **cmd = subst(argv + 3, cmdn, i);
+      int st;
+      double t0 = now_us();
+      pid_t pid, w;
+      nkids = 0;
+      pid = spawn(cmd, -1);
+      while ((w = waitpid(pid, &st, 0)) < 0 && errno == EINTR)
+        ;
+      if (pid < 0 || w < 0)
+        return perror("bh run"), 1;
+      printf("%.1f\n", now_us() - t0);
+      if (!WIFEXITED(st) || WEXITSTATUS(st) != 0) {
+        fprintf(stderr, "bh run: %s: run %d ended with status 0x%x\n",
+                cmd[0], i, st);
+        return 1;
+      }
+    }
+    return 0;
+  }
+  if (strcmp(argv[1], "burst") == 0 && argc > 4) {
+    int k = atoi(argv[2]), cmdn = argc - 4, bad = 0;
+    double *t0 = calloc((size_t) k, sizeof *t0), *t1 = calloc((size_t) k, sizeof *t1);
+    int *st = calloc((size_t) k, sizeof *st);
+    pid_t *pids = calloc((size_t) k, sizeof *pids);
+    char **cmds[4096];
+    if (k > 4096)
+      return 2;
+    for (int i = 0; i < k; i++)
+      cmds[i] = subst(argv + 4, cmdn, i);
+    for (int i = 0; i < k; i++) {
+      char path[4096];
+      int out;
+      snprintf(path, sizeof path, "%s/%d.out", argv[3], i);
+      out = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+      t0[i] = now_us();
+      pids[i] = spawn(cmds[i], out);
+      close(out);
+    }
+    for (int left = k; left > 0;) {
+      int s;
+      pid_t p = waitpid(-1, &s, 0);
+      double t = now_us();
+      if (p < 0) {
+        if (errno == EINTR)
+          continue;
+        break;
+      }
+      for (int i = 0; i < k; i++)
+        if (pids[i] == p) {
+          t1[i] = t;
+          st[i] = s;
+          left--;
+        }
+    }
+    for (int i = 0; i < k; i++) {
+      printf("%d %.1f %d\n", i, t1[i] - t0[i], st[i]);
+      bad += st[i] != 0;
+    }
+    return bad ? 1 : 0;
+  }
+  if (strcmp(argv[1], "stream") == 0 && argc > 3) {
+    static const char req[] = "{\"cmd\":[\"true\"]}\n";
+    int n = atoi(argv[2]), in[2], out[2], st, bad = 0;
+    char buf[65536];
+    size_t have = 0;
+    double start = now_us(), *lat = calloc((size_t) n, sizeof *lat);
+    pid_t pid;
+    FILE *o;
+
+    signal(SIGPIPE, SIG_IGN);
+    if (pipe(in) < 0 || pipe(out) < 0)
+      return 1;
+    pid = fork();
+    if (pid == 0) {
+      dup2(in[0], 0);
+      dup2(out[1], 1);
+      close(in[0]); close(in[1]); close(out[0]); close(out[1]);
+      execvp(argv[3], argv + 3);
+      _exit(127);
+    }
+    kids[nkids++] = pid;
+    close(in[0]);
+    close(out[1]);
+    for (int i = 0; i < n; i++) {
+      double t0 = now_us();
+      char *nl;
+      if (write(in[1], req, sizeof req - 1) != (ssize_t) sizeof req - 1)
+        return perror("bh stream: write"), 1;
+      while (!(nl = memchr(buf, '\n', have))) {
+        ssize_t r = read(out[0], buf + have, sizeof buf - have);
+        if (r <= 0)
+          return fprintf(stderr, "bh stream: no answer to call %d\n", i), 1;
+        have += (size_t) r;
+      }
+      lat[i] = now_us() - t0;
+      *nl = '\0';
+      if (!strstr(buf, "\"exit_code\":0,") && bad++ < 3)
+        fprintf(stderr, "bh stream: call %d: %s\n", i, buf);
+      have -= (size_t) (nl + 1 - buf);
+      memmove(buf, nl + 1, have);
+    }
+    close(in[1]);
+    while (read(out[0], buf, sizeof buf) > 0)
+      ;
+    waitpid(pid, &st, 0);
+    o = stdout;
+    for (int i = 0; i < n; i++)
+      fprintf(o, "%.1f\n", lat[i]);
+    fprintf(o, "total %.1f\n", now_us() - start);
+    return bad || st ? 1 : 0;
+  }
+  fprintf(stderr, "bh: bad arguments\n");
+  return 2;
+}
+EOF
+cc -O2 -Wall -o "$BH" "$WORK/bh.c" || die "cannot compile the helper"
+
+# a snapshot of the programs: others rebuild the tree while this runs, and
+# one run must measure one build (dsec-run finds dsec-layer next to itself)
+mkdir -p "$WORK/bin"
+for b in dsec-run dsec-pull dsec-layer; do
+  [[ -x $BIN/$b ]] && cp "$BIN/$b" "$WORK/bin/$b"
+done
+BUILD="$(stat -c %y "$BIN/dsec-run" | cut -d. -f1) (tree at $(git -C "$top" rev-parse --short HEAD 2>/dev/null || echo '?'))"
+BIN=$WORK/bin
+DSEC=$BIN/dsec-run
+
+crunw() { "$BH" nswrap crun --root "$CRUN_ROOT" "$@"; }
+
+# ---------------------------------------------------------------- numbers
+RES=$WORK/res
+mkdir -p "$RES"
+
+# pct FILE Q: nearest-rank quantile of the numbers in FILE (one per line)
+pct() {
+  sort -n "$1" | awk -v q="$2" '{ v[NR] = $1 } END {
+    if (NR == 0) { print "nan"; exit }
+    r = int(q * NR); if (r < q * NR) r++; if (r < 1) r = 1; print v[r] }'
+}
+mean() { awk '{ s += $1 } END { printf("%.1f", NR ? s / NR : 0) }' "$1"; }
+# net FILE OUT US: FILE's samples minus US (a wrapper's median cost)
+net() { awk -v d="$3" '{ x = $1 - d; print (x > 0 ? x : 0) }' "$1" >"$2"; }
+ms() { awk -v u="$1" 'BEGIN { printf("%.2f ms", u / 1000) }'; }
+kib() { awk -v b="$1" 'BEGIN { printf("%.0f KiB", b / 1024) }'; }
+ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (b > 0) printf("%.2fx", a / b); else print "-" }'; }
+# verdict VALUE LIMIT: "met" when VALUE <= LIMIT
+verdict() { awk -v a="$1" -v b="$2" 'BEGIN { print (a <= b ? "met" : "MISSED") }'; }
+
+LOAD0=$(cut -d' ' -f1-3 /proc/loadavg)
+
+# ------------------------------------------------------------- the rootfs
+log "building the busybox rootfs with examples/mkrootfs-busybox.sh"
+TARBALL=$WORK/busybox.tar
+"$top/examples/mkrootfs-busybox.sh" "$TARBALL"
+ROOTFS=$WORK/bundle/rootfs
+mkdir -p "$ROOTFS"
+tar -C "$ROOTFS" --numeric-owner -xpf "$TARBALL"
+log "dsec-pull --name busybox:bench tar:$TARBALL (DSEC_ROOT=$DSEC_ROOT)"
+"$BIN/dsec-pull" --name busybox:bench "tar:$TARBALL" >"$WORK/image.json"
+IMAGE=busybox:bench
+
+# crun bundles: `crun spec` with the rootfs, no terminal; one for `true`,
+# one kept running with `sleep infinity`; the rootfs is read-only and
+# shared by every container
+mkdir -p "$WORK/bundle" "$WORK/bundle-sleep"
+(cd "$WORK/bundle" && rm -f config.json && crun spec)
+jq --arg r "$ROOTFS" '.process.terminal = false | .process.args = ["true"] |
+  .root.path = $r | .root.readonly = true' "$WORK/bundle/config.json" >"$WORK/c.json"
+mv "$WORK/c.json" "$WORK/bundle/config.json"
+jq '.process.args = ["sleep", "infinity"]' "$WORK/bundle/config.json" \
+  >"$WORK/bundle-sleep/config.json"
+mkdir -p "$CRUN_ROOT"
+
+# ------------------------------------------------- 0. wrapper and fork+exec
+log "the nswrap wrapper's own cost and a bare fork+exec of /bin/true"
+helper run "$N_WARM" "$BH" nswrap true >/dev/null
+helper run "$N_CYCLE" "$BH" nswrap true >"$RES/wrap"
+WRAP=$(pct "$RES/wrap" 0.5)
+helper run 20 /bin/true >/dev/null
+helper run "$N_CALLS" /bin/true >"$RES/forkexec"
+
+# --------------------------------------------------- 1. create+exec+destroy
+log "1. create+exec+destroy of true, $N_CYCLE cycles each"
+helper run "$N_WARM" "$DSEC" run --rm --image "$IMAGE" -- true >/dev/null
+helper run "$N_CYCLE" "$DSEC" run --rm --image "$IMAGE" -- true >"$RES/c1_dsec"
+helper run "$N_WARM" "$BH" nswrap crun --root "$CRUN_ROOT" run -b "$WORK/bundle" "${CPFX}w{}" >/dev/null
+helper run "$N_CYCLE" "$BH" nswrap crun --root "$CRUN_ROOT" run -b "$WORK/bundle" "${CPFX}c{}" >"$RES/c1_crun_raw"
+net "$RES/c1_crun_raw" "$RES/c1_crun" "$WRAP"
+BWRAP=(bwrap --unshare-all --ro-bind "$ROOTFS" / --proc /proc --dev /dev true)
+helper run "$N_WARM" "${BWRAP[@]}" >/dev/null
+helper run "$N_CYCLE" "${BWRAP[@]}" >"$RES/c1_bwrap"
+
+# ------------------------------------------------------------- 2. exec
+log "2. exec of true into a running sandbox, $N_EXEC each"
+SB=$("$DSEC" create --image "$IMAGE" | jq -er .id)
+helper run "$N_WARM" "$DSEC" exec "$SB" -- true >/dev/null
+helper run "$N_EXEC" "$DSEC" exec "$SB" -- true >"$RES/c2_dsec"
+"$DSEC" rm --force "$SB" >/dev/null
+CTR=${CPFX}exec
+crunw run -d -b "$WORK/bundle-sleep" "$CTR" >/dev/null </dev/null
+CPID=$(crun --root "$CRUN_ROOT" state "$CTR" | jq -er .pid)
+# crun exec joins the container's existing cgroups and works without the
+# wrapper here; when it does not, it runs wrapped and the wrapper's median
+# is taken off
+if crun --root "$CRUN_ROOT" exec "$CTR" true >/dev/null 2>&1; then
+  CRUN_EXEC_NOTE="crun exec (no wrapper needed)"
+  helper run "$N_WARM" crun --root "$CRUN_ROOT" exec "$CTR" true >/dev/null
+  helper run "$N_EXEC" crun --root "$CRUN_ROOT" exec "$CTR" true >"$RES/c2_crun"
+else
+  CRUN_EXEC_NOTE="crun exec (wrapped, wrapper median taken off)"
+  helper run "$N_WARM" "$BH" nswrap crun --root "$CRUN_ROOT" exec "$CTR" true >/dev/null
+  helper run "$N_EXEC" "$BH" nswrap crun --root "$CRUN_ROOT" exec "$CTR" true >"$RES/c2_crun_raw"
+  net "$RES/c2_crun_raw" "$RES/c2_crun" "$WRAP"
+fi
+helper run "$N_WARM" nsenter -t "$CPID" -a true >/dev/null
+helper run "$N_EXEC" nsenter -t "$CPID" -a true >"$RES/c2_nsenter"
+
+# ----------------------------------------------------------- 3. fncall
+log "3. $N_CALLS fncall calls of true through one --requests stream"
+FSB=$("$DSEC" create --backend fncall --image "$IMAGE" | jq -er .id)
+helper stream 20 "$DSEC" exec "$FSB" --requests - >/dev/null
+helper stream "$N_CALLS" "$DSEC" exec "$FSB" --requests - >"$RES/c3_raw"
+grep -v '^total' "$RES/c3_raw" >"$RES/c3_fncall"
+C3_TOTAL=$(awk '$1 == "total" { print $2 }' "$RES/c3_raw")
+"$DSEC" rm --force "$FSB" >/dev/null
+
+# ------------------------------------------------------------- 4. burst
+log "4. $N_BURST concurrent creates, dsec-run create and crun run -d"
+mkdir -p "$WORK/burst-dsec" "$WORK/burst-crun"
+helper burst "$N_BURST" "$WORK/burst-dsec" "$DSEC" create --image "$IMAGE" \
+  >"$RES/c4_dsec_raw" || log "some dsec-run creates of the burst failed"
+awk '$3 == 0 { print $2 }' "$RES/c4_dsec_raw" >"$RES/c4_dsec"
+C4_DSEC_FAIL=$(awk '$3 != 0' "$RES/c4_dsec_raw" | wc -l)
+mapfile -t ids < <(dsec_ids)
+((${#ids[@]} == 0)) || printf '%s\n' "${ids[@]}" | xargs -r -n 64 "$DSEC" rm --force >/dev/null
+helper burst "$N_BURST" "$WORK/burst-crun" "$BH" nswrap crun --root "$CRUN_ROOT" \
+  run -d -b "$WORK/bundle-sleep" "${CPFX}b{}" >"$RES/c4_crun_raw" ||
+  log "some crun run -d of the burst failed"
+awk '$3 == 0 { print $2 }' "$RES/c4_crun_raw" >"$RES/c4_crun_w"
+net "$RES/c4_crun_w" "$RES/c4_crun" "$WRAP"
+C4_CRUN_FAIL=$(awk '$3 != 0' "$RES/c4_crun_raw" | wc -l)
+for ((i = 0; i < N_BURST; i++)); do
+  crunw delete -f "${CPFX}b$i" >/dev/null 2>&1 || true
+done
+
+# ------------------------------------------------------------ 5. memory
+log "5. memory: $N_IDLE idle dsec sandboxes, $N_CRUN_IDLE idle crun containers"
+: >"$WORK/idle-ids"
+for ((i = 0; i < N_IDLE; i++)); do
+  "$DSEC" create --image "$IMAGE" | jq -er .id >>"$WORK/idle-ids"
+done
+sleep 2 # let what the creates left behind (page cache, slabs) settle
+mapfile -t ids <"$WORK/idle-ids"
+mem_sum=0 pss_sum=0 pss_sup=0 pss_init=0 n_mem=0
+pss_of() { awk '$1 == "Pss:" { print $2 * 1024; exit }' "/proc/$1/smaps_rollup" 2>/dev/null || echo 0; }
+for id in "${ids[@]}"; do
+  ins=$("$DSEC" inspect "$id")
+  sp=$(jq -r .supervisor_pid <<<"$ins")
+  ip=$(jq -r .init_pid <<<"$ins")
+  u=$(cat "/sys/fs/cgroup/memory/dsec/$id/memory.usage_in_bytes")
+  a=$(pss_of "$sp")
+  b=$(pss_of "$ip")
+  mem_sum=$((mem_sum + u))
+  pss_sup=$((pss_sup + a))
+  pss_init=$((pss_init + b))
+  n_mem=$((n_mem + 1))
+done
+pss_sum=$((pss_sup + pss_init))
+C5_MEMCG=$((mem_sum / n_mem))
+C5_PSS=$((pss_sum / n_mem))
+C5_PSS_SUP=$((pss_sup / n_mem))
+C5_PSS_INIT=$((pss_init / n_mem))
+log "removing the $N_IDLE idle sandboxes"
+printf '%s\n' "${ids[@]}" | xargs -r -n 50 "$DSEC" rm --force >/dev/null
+crun_mem=0 crun_pss=0
+for ((i = 0; i < N_CRUN_IDLE; i++)); do
+  crunw run -d -b "$WORK/bundle-sleep" "${CPFX}i$i" >/dev/null </dev/null
+done
+sleep 2
+for ((i = 0; i < N_CRUN_IDLE; i++)); do
+  p=$(crun --root "$CRUN_ROOT" state "${CPFX}i$i" | jq -er .pid)
+  crun_mem=$((crun_mem + $(cat "/sys/fs/cgroup/memory/${CPFX}i$i/memory.usage_in_bytes")))
+  crun_pss=$((crun_pss + $(pss_of "$p")))
+done
+C5_CRUN=$((crun_mem / N_CRUN_IDLE))
+C5_CRUN_PSS=$((crun_pss / N_CRUN_IDLE))
+for ((i = 0; i < N_CRUN_IDLE; i++)); do
+  crunw delete -f "${CPFX}i$i" >/dev/null 2>&1 || true
+done
+crunw delete -f "$CTR" >/dev/null 2>&1 || true
+
+# ------------------------------------------------------------ the table
+p50() { pct "$RES/$1" 0.5; }
+p99() { pct "$RES/$1" 0.99; }
+# row CASE TOOL FILE [DSEC-FILE TARGET-FACTOR]: the last two make the
+# row a peer: "dsec/peer" is dsec's p50 (and p99) over this row's
+row() {
+  local r50 r99 t=- a50 a99
+  a50=$(p50 "$3") a99=$(p99 "$3")
+  if [[ -n ${4:-} ]]; then
+    r50=$(ratio "$(p50 "$4")" "$a50")
+    r99=$(ratio "$(p99 "$4")" "$a99")
+    [[ -n ${5:-} ]] && t="<= ${5}x: $(verdict "$(p50 "$4")" "$(awk -v a="$a50" -v f="$5" 'BEGIN { print a * f }')")"
+  else
+    r50=- r99=-
+  fi
+  printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$1" "$2" "$(ms "$a50")" "$(ms "$a99")" "$r50" "$r99" "$t"
+}
+
+C3_RATE=$(awk -v n="$N_CALLS" -v t="$C3_TOTAL" 'BEGIN { printf("%.0f", n / (t / 1e6)) }')
+FE_RATE=$(awk -v m="$(mean "$RES/forkexec")" 'BEGIN { printf("%.0f", 1e6 / m) }')
+
+{
+  printf 'case\trunner\tp50\tp99\tdsec/peer p50\tdsec/peer p99\ttarget\n'
+  row "0 wrapper" "nswrap true (unshare -m + tmpfs)" wrap
+  row "1 cycle x$N_CYCLE" "dsec-run run --rm -- true" c1_dsec
+  row "1 cycle" "bwrap --unshare-all true" c1_bwrap c1_dsec 1.0
+  row "1 cycle" "crun run (net of wrapper)" c1_crun c1_dsec
+  row "2 exec x$N_EXEC" "dsec-run exec ID -- true" c2_dsec
+  row "2 exec" "$CRUN_EXEC_NOTE" c2_crun c2_dsec 0.25
+  row "2 exec" "nsenter -t PID -a true" c2_nsenter c2_dsec
+  row "3 fncall x$N_CALLS" "one --requests stream: $C3_RATE calls/s" c3_fncall
+  row "3 fncall" "bare fork+execve+waitpid: $FE_RATE /s" forkexec c3_fncall 1.3
+  row "4 burst x$N_BURST" "dsec-run create ($C4_DSEC_FAIL failed)" c4_dsec
+  row "4 burst" "crun run -d, net of wrapper ($C4_CRUN_FAIL failed)" c4_crun c4_dsec
+  printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "5 idle x$N_IDLE" "dsec memcg usage / sandbox" \
+    "$(kib "$C5_MEMCG")" - "$(ratio "$C5_MEMCG" "$C5_CRUN")" - \
+    "<= 1 MiB: $(verdict "$C5_MEMCG" 1048576)"
+  printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "5 idle" \
+    "dsec PSS supervisor+init / sandbox ($(kib "$C5_PSS_SUP") + $(kib "$C5_PSS_INIT"))" \
+    "$(kib "$C5_PSS")" - "$(ratio "$C5_PSS" "$C5_CRUN_PSS")" - \
+    "<= 1 MiB: $(verdict "$C5_PSS" 1048576)"
+  printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "5 idle x$N_CRUN_IDLE" \
+    "crun sleep infinity: memcg (PSS $(kib "$C5_CRUN_PSS"))" "$(kib "$C5_CRUN")" - - - -
+} >"$WORK/table"
+
+echo
+echo "dsec-run benchmark: $(date -u +%Y-%m-%dT%H:%M:%SZ); nproc=$(nproc), kernel $(uname -r);" \
+  "$(crun --version | head -n 1), bubblewrap $(bwrap --version | awk '{ print $2 }')"
+echo "dsec-run built $BUILD"
+echo "load average at start / end: $LOAD0 / $(cut -d' ' -f1-3 /proc/loadavg) (other work on the machine makes p99 noisy)"
+echo "memory column: p50 is the mean per sandbox; 'dsec/peer' divides dsec by the crun row."
+echo "crun runs inside nswrap; 'net of wrapper' rows subtract the wrapper's p50 ($(ms "$WRAP"))."
+echo "case 5 over $n_mem sandboxes: memcg usage sum $(kib "$mem_sum"), PSS sum $(kib "$pss_sum");" \
+  "fncall: $N_CALLS calls in $(ms "$C3_TOTAL") (one dsec-run exec --requests -)."
+if command -v column >/dev/null; then
+  column -t -s $'\t' "$WORK/table"
+else
+  cat "$WORK/table"
+fi
