@@ -56,6 +56,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 #include <openssl/evp.h>
+#include <seccomp.h>
 
 #include "cgroup.h"
 #include "fsutil.h"
@@ -177,7 +178,8 @@ static json_t *msg_recv(int sock, char *buf, size_t cap, int *fds, int *nfds)
 struct init_ctx {
   int sock;
   bool fncall;
-  struct dsec_bpf filter;
+  struct dsec_bpf filter;        /* denials go to a listener (audited) */
+  struct dsec_bpf filter_plain;  /* denials fail at once (no listener) */
   int last_cap;
   char *tmp_size; /* tmpfs size option for fncall's /tmp and workdir */
 };
@@ -480,7 +482,28 @@ static void init_setup(struct init_ctx *c, json_t *spec)
   }
 }
 
-static void drop_privileges(struct init_ctx *c, uid_t uid, gid_t gid)
+/* The seccomp filter, with a user-notification listener handed to the
+ * supervisor over fd 3 (init's control socket, still open here): the
+ * supervisor answers denied calls with their error and records them.
+ * Without a listener (the kernel refuses one), denials fail silently. */
+static int install_filter(struct init_ctx *c, uint64_t xid)
+{
+  int lfd = dsec_seccomp_install(&c->filter, true);
+  if (lfd >= 0) {
+    json_t *m = json_pack("{s:s, s:I}", "op", "listener", "xid",
+                          (json_int_t) xid);
+    int r = msg_send(3, m, &lfd, 1);
+    json_decref(m);
+    close(lfd);
+    close(3);
+    return r;
+  }
+  close(3);
+  return dsec_seccomp_install(&c->filter_plain, false);
+}
+
+static void drop_privileges(struct init_ctx *c, uid_t uid, gid_t gid,
+                            uint64_t xid)
 {
   struct __user_cap_header_struct h = { _LINUX_CAPABILITY_VERSION_3, 0 };
   struct __user_cap_data_struct d[2] = { { 0 } };
@@ -498,7 +521,7 @@ static void drop_privileges(struct init_ctx *c, uid_t uid, gid_t gid)
   }
   if (syscall(SYS_capset, &h, d) < 0 ||
       prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0 ||
-      dsec_seccomp_install(&c->filter) < 0) {
+      install_filter(c, xid) < 0) {
     dprintf(STDERR_FILENO, "dsec: cannot drop privileges: %s\n",
             strerror(errno));
     _exit(125);
@@ -575,14 +598,17 @@ static void init_exec_child(struct init_ctx *c, json_t *req, int *fds)
   setsid();
   if (dup2(fds[0], 0) < 0 || dup2(fds[1], 1) < 0 || dup2(fds[2], 2) < 0)
     _exit(125);
-  syscall(SYS_close_range, 3U, ~0U, 0U);
+  /* everything inherited goes, but fd 3 (init's socket) until the filter's
+   * listener is handed over, just before execve */
+  syscall(SYS_close_range, 4U, ~0U, 0U);
   if (c->fncall)
     fncall_enter(c, cwd ? cwd : "/");
   if (cwd && chdir(cwd) < 0) {
     dprintf(2, "dsec: cannot enter %s: %s\n", cwd, strerror(errno));
     _exit(126);
   }
-  drop_privileges(c, uid, gid);
+  drop_privileges(c, uid, gid,
+                  (uint64_t) json_integer_value(json_object_get(req, "xid")));
   environ = envp;
   execvp(argv[0], argv);
   dprintf(2, "dsec: %s: %s\n", argv[0], strerror(errno));
@@ -711,7 +737,8 @@ _Noreturn static void run_init(struct stage1_args *a)
     fclose(f);
   }
   c.tmp_size = xstrdup("mode=1777,size=268435456");
-  if (dsec_seccomp_build(&c.filter, &err) < 0)
+  if (dsec_seccomp_build(&c.filter, true, &err) < 0 ||
+      dsec_seccomp_build(&c.filter_plain, false, &err) < 0)
     die_init(c.sock, "%s", err->msg);
   init_setup(&c, a->spec);
   /* nothing in the sandbox may read init's memory or attach to it */
@@ -776,6 +803,7 @@ enum watch_kind {
   W_OUT,
   W_ERR,
   W_IN,
+  W_NOTIFY,
 };
 
 struct watch {
@@ -791,6 +819,13 @@ struct capture {
   struct watch w;
   struct job *job;
   const char *name; /* "stdout" or "stderr" */
+};
+
+/* A seccomp listener: the denials of one exec's process tree. */
+struct listener {
+  int fd;
+  struct watch w;
+  json_t *seq; /* the exec's seq (owned), or NULL */
 };
 
 struct client;
@@ -845,6 +880,13 @@ struct sup {
   bool fncall;
   bool rootless;        /* not root: a user namespace of our own, no idmaps */
   char *upperfs;        /* the disk-limited file system, or NULL */
+  struct listener **listeners;
+  size_t nlisteners;
+  struct seccomp_notif *notif;
+  struct seccomp_notif_resp *notif_resp;
+  double denial_window;   /* start of the current second */
+  int denials_in_window;
+  uint64_t denials_suppressed;
   bool disk_full_seen;
   const char *end_state;
   char *end_cause;
@@ -1426,6 +1468,92 @@ static void accept_clients(struct sup *s)
   }
 }
 
+#define LISTENERS_MAX 4096
+#define DENIALS_PER_SECOND 50
+
+static void listener_close(struct sup *s, struct listener *l)
+{
+  for (size_t i = 0; i < s->nlisteners; i++)
+    if (s->listeners[i] == l) {
+      s->listeners[i] = s->listeners[--s->nlisteners];
+      break;
+    }
+  close(l->fd);
+  json_decref(l->seq);
+  free(l);
+}
+
+static void listener_add(struct sup *s, int fd, uint64_t xid)
+{
+  struct listener *l;
+
+  if (s->nlisteners >= LISTENERS_MAX) {
+    /* bounded: the oldest tree's denials now fail unrecorded (ENOSYS) */
+    listener_close(s, s->listeners[0]);
+  }
+  l = xzalloc(sizeof *l);
+  l->fd = fd;
+  l->w = (struct watch){ W_NOTIFY, l };
+  for (size_t i = 0; i < s->njobs; i++)
+    if (s->jobs[i]->xid == xid && s->jobs[i]->seq)
+      l->seq = json_incref(s->jobs[i]->seq);
+  s->listeners = xrealloc(s->listeners,
+                          sizeof *s->listeners * (s->nlisteners + 1));
+  s->listeners[s->nlisteners++] = l;
+  if (ep_add(s, fd, EPOLLIN, &l->w) < 0)
+    listener_close(s, l);
+}
+
+/* A denied call: answered with its error, recorded as an event (at most
+ * DENIALS_PER_SECOND a second; the rest are counted). */
+static void listener_ready(struct sup *s, struct listener *l, uint32_t events)
+{
+  if (!s->notif && seccomp_notify_alloc(&s->notif, &s->notif_resp) < 0) {
+    listener_close(s, l);
+    return;
+  }
+  if (events & EPOLLIN) {
+    struct seccomp_notif *req = s->notif;
+    struct seccomp_notif_resp *resp = s->notif_resp;
+    double now;
+    int nr;
+
+    memset(req, 0, sizeof *req);
+    if (seccomp_notify_receive(l->fd, req) == 0) {
+      nr = req->data.nr;
+      memset(resp, 0, sizeof *resp);
+      resp->id = req->id;
+      resp->error = -dsec_seccomp_denial_errno(nr, (unsigned long) req->data.args[1]);
+      seccomp_notify_respond(l->fd, resp);
+
+      now = now_ms();
+      if (now - s->denial_window >= 1000) {
+        if (s->denials_suppressed)
+          sup_event(s, json_pack("{s:s, s:I}", "type", "denied_suppressed",
+                                 "count", (json_int_t) s->denials_suppressed));
+        s->denial_window = now;
+        s->denials_in_window = 0;
+        s->denials_suppressed = 0;
+      }
+      if (s->denials_in_window++ < DENIALS_PER_SECOND) {
+        json_t *ev = json_pack("{s:s, s:s, s:O, s:i, s:i}", "type", "denied",
+                               "syscall", dsec_seccomp_name(nr), "seq",
+                               l->seq ? l->seq : json_null(), "pid",
+                               (int) req->pid, "errno", -resp->error);
+        if (nr == SCMP_SYS(ioctl))
+          json_object_set_new(ev, "ioctl",
+                              json_sprintf("0x%llx",
+                                           (unsigned long long) req->data.args[1]));
+        sup_event(s, ev);
+      } else
+        s->denials_suppressed++;
+      return;
+    }
+  }
+  if (events & (EPOLLHUP | EPOLLERR))
+    listener_close(s, l); /* every process of that exec is gone */
+}
+
 static void init_message(struct sup *s)
 {
   int fds[3], nfds;
@@ -1433,15 +1561,19 @@ static void init_message(struct sup *s)
   const char *op;
   uint64_t xid;
 
-  for (int i = 0; i < nfds; i++)
-    close(fds[i]);
   if (!m) {
+    for (int i = 0; i < nfds; i++)
+      close(fds[i]);
     /* init is gone; SIGCHLD tells how */
     epoll_ctl(s->epfd, EPOLL_CTL_DEL, s->isock, NULL);
     return;
   }
   op = json_string_value(json_object_get(m, "op"));
   xid = (uint64_t) json_integer_value(json_object_get(m, "xid"));
+  if (op && strcmp(op, "listener") == 0 && nfds == 1) {
+    listener_add(s, fds[0], xid);
+    nfds = 0;
+  }
   for (size_t i = 0; op && i < s->njobs; i++) {
     struct job *j = s->jobs[i];
     if (j->xid != xid)
@@ -1458,6 +1590,8 @@ static void init_message(struct sup *s)
     }
     break;
   }
+  for (int i = 0; i < nfds; i++)
+    close(fds[i]);
   json_decref(m);
 }
 
@@ -1615,6 +1749,9 @@ _Noreturn static void sup_loop(struct sup *s)
         break;
       case W_IN:
         stdin_writable(s, w->p);
+        break;
+      case W_NOTIFY:
+        listener_ready(s, w->p, evs[i].events);
         break;
       }
     }

@@ -5,6 +5,7 @@
 #include <errno.h>
 #include <linux/sched.h>
 #include <seccomp.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -59,9 +60,33 @@ static const struct {
   { 0x9436, EOPNOTSUPP },
 };
 
-int dsec_seccomp_build(struct dsec_bpf *out, struct dsec_error **err)
+int dsec_seccomp_denial_errno(int nr, unsigned long arg1)
+{
+  if (nr == SCMP_SYS(ioctl))
+    for (size_t i = 0; i < sizeof denied_ioctls / sizeof denied_ioctls[0]; i++)
+      if ((arg1 & 0xffffUL) == denied_ioctls[i].cmd16)
+        return denied_ioctls[i].errnum;
+  return EPERM;
+}
+
+const char *dsec_seccomp_name(int nr)
+{
+  static __thread char buf[32];
+  char *n = seccomp_syscall_resolve_num_arch(SCMP_ARCH_NATIVE, nr);
+  if (!n) {
+    snprintf(buf, sizeof buf, "syscall_%d", nr);
+    return buf;
+  }
+  snprintf(buf, sizeof buf, "%s", n);
+  free(n);
+  return buf;
+}
+
+int dsec_seccomp_build(struct dsec_bpf *out, bool notify,
+                       struct dsec_error **err)
 {
   scmp_filter_ctx ctx = seccomp_init(SCMP_ACT_ALLOW);
+  uint32_t deny = notify ? SCMP_ACT_NOTIFY : SCMP_ACT_ERRNO(EPERM);
   char *buf = NULL;
   size_t len = 0;
   int r = 0;
@@ -74,25 +99,27 @@ int dsec_seccomp_build(struct dsec_bpf *out, struct dsec_error **err)
     int nr = seccomp_syscall_resolve_name(*n);
     if (nr == __NR_SCMP_ERROR || nr < 0)
       continue; /* not on this architecture */
-    r = seccomp_rule_add(ctx, SCMP_ACT_ERRNO(EPERM), nr, 0);
+    r = seccomp_rule_add(ctx, deny, nr, 0);
   }
   /* unshare/clone of a new user namespace: its root would get every
    * capability over new mounts and network objects */
   if (r == 0)
-    r = seccomp_rule_add(ctx, SCMP_ACT_ERRNO(EPERM), SCMP_SYS(unshare), 1,
+    r = seccomp_rule_add(ctx, deny, SCMP_SYS(unshare), 1,
                          SCMP_A0(SCMP_CMP_MASKED_EQ, CLONE_NEWUSER,
                                  CLONE_NEWUSER));
   if (r == 0)
-    r = seccomp_rule_add(ctx, SCMP_ACT_ERRNO(EPERM), SCMP_SYS(clone), 1,
+    r = seccomp_rule_add(ctx, deny, SCMP_SYS(clone), 1,
                          SCMP_A0(SCMP_CMP_MASKED_EQ, CLONE_NEWUSER,
                                  CLONE_NEWUSER));
   /* clone3 passes its flags in memory the filter cannot read: ENOSYS makes
-   * libc fall back to clone, which is checked above */
+   * libc fall back to clone, which is checked above (not an attack, so
+   * not notified: libc tries it for every thread) */
   if (r == 0)
     r = seccomp_rule_add(ctx, SCMP_ACT_ERRNO(ENOSYS), SCMP_SYS(clone3), 0);
   for (size_t i = 0; i < sizeof denied_ioctls / sizeof denied_ioctls[0] && r == 0;
        i++)
-    r = seccomp_rule_add(ctx, SCMP_ACT_ERRNO(denied_ioctls[i].errnum),
+    r = seccomp_rule_add(ctx, notify ? SCMP_ACT_NOTIFY
+                                     : SCMP_ACT_ERRNO(denied_ioctls[i].errnum),
                          SCMP_SYS(ioctl), 1,
                          SCMP_A1(SCMP_CMP_MASKED_EQ, 0xffffUL,
                                  denied_ioctls[i].cmd16));
@@ -128,10 +155,11 @@ int dsec_seccomp_build(struct dsec_bpf *out, struct dsec_error **err)
   return 0;
 }
 
-int dsec_seccomp_install(const struct dsec_bpf *f)
+int dsec_seccomp_install(const struct dsec_bpf *f, bool listener)
 {
   struct sock_fprog prog = { .len = f->len, .filter = f->insns };
-  return prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &prog, 0, 0);
+  return (int) syscall(SYS_seccomp, SECCOMP_SET_MODE_FILTER,
+                       listener ? SECCOMP_FILTER_FLAG_NEW_LISTENER : 0, &prog);
 }
 
 void dsec_bpf_clear(struct dsec_bpf *f)

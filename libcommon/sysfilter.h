@@ -4,6 +4,7 @@
 #define DSEC_SYSFILTER_H
 
 #include <linux/filter.h>
+#include <stdbool.h>
 
 #include "error.h"
 
@@ -12,11 +13,22 @@ struct dsec_bpf {
   unsigned short len;
 };
 
-/* Builds the default filter: see seccomp.c for the list and the reasons. */
-int dsec_seccomp_build(struct dsec_bpf *out, struct dsec_error **err);
+/* Builds the default filter: see sysfilter.c for the list and the
+ * reasons.  With notify, denied calls go to a user-notification listener
+ * (which answers them with the same errors and records them); without,
+ * they fail at once. */
+int dsec_seccomp_build(struct dsec_bpf *out, bool notify,
+                       struct dsec_error **err);
 /* Installs it on the calling thread (needs no_new_privs or CAP_SYS_ADMIN);
- * async-signal-safe, for use between fork and exec. */
-int dsec_seccomp_install(const struct dsec_bpf *f);
+ * async-signal-safe, for use between fork and exec.  With listener set,
+ * returns the new listener fd (a filter built with notify). */
+int dsec_seccomp_install(const struct dsec_bpf *f, bool listener);
+
+/* The error a denied call gets: EPERM, EOPNOTSUPP for the reflink ioctls
+ * (so cp falls back to copying). */
+int dsec_seccomp_denial_errno(int nr, unsigned long arg1);
+/* A name for a denied call, e.g. "keyctl" or "ioctl" (static). */
+const char *dsec_seccomp_name(int nr);
 void dsec_bpf_clear(struct dsec_bpf *f);
 
 /* The denied system calls, for documentation and tests (NULL-terminated). */
