@@ -882,6 +882,13 @@ struct sup {
   char *upperfs;        /* the disk-limited file system, or NULL */
   struct listener **listeners;
   size_t nlisteners;
+  /* the trajectory by seq: where record seq_base + i is in the file */
+  struct traj_entry {
+    off_t off;
+    size_t len;
+  } *traj;
+  size_t ntraj;
+  json_int_t seq_base;
   struct seccomp_notif *notif;
   struct seccomp_notif_resp *notif_resp;
   double denial_window;   /* start of the current second */
@@ -1044,6 +1051,7 @@ static void job_free(struct job *j)
 }
 
 static void client_next(struct sup *s, struct client *cl);
+static void traj_note(struct sup *s, json_int_t seq, off_t off, size_t len);
 
 /* Builds the result, records it (trajectory first, fsync'd), answers. */
 static void job_finish(struct sup *s, struct job *j)
@@ -1088,6 +1096,7 @@ static void job_finish(struct sup *s, struct job *j)
                   res);
   {
     _cleanup_error_ struct dsec_error *e = NULL;
+    off_t off = lseek(s->traj_fd, 0, SEEK_END);
     if (dsec_json_write_line(s->traj_fd, rec, &e) < 0 ||
         fdatasync(s->traj_fd) < 0) {
       /* the result cannot be made durable: say so instead of lying */
@@ -1095,7 +1104,9 @@ static void job_finish(struct sup *s, struct job *j)
       json_object_set_new(res, "error",
                           json_string("cannot record the result in the "
                                       "trajectory"));
-    }
+    } else if (j->seq)
+      traj_note(s, json_integer_value(j->seq), off,
+                (size_t) (lseek(s->traj_fd, 0, SEEK_END) - off));
   }
   json_decref(rec);
   sup_event(s, json_pack("{s:s, s:O, s:O, s:O, s:i, s:b, s:b}", "type", "exec",
@@ -1243,6 +1254,143 @@ static int validate_request(json_t *req, char **why)
   return 0;
 }
 
+/* ---- the trajectory: replay by seq */
+
+static void traj_note(struct sup *s, json_int_t seq, off_t off, size_t len)
+{
+  size_t i;
+  if (s->ntraj == 0 && !s->traj)
+    s->seq_base = seq;
+  if (seq < s->seq_base)
+    return;
+  i = (size_t) (seq - s->seq_base);
+  if (i >= s->ntraj) {
+    s->traj = xrealloc(s->traj, sizeof *s->traj * (i + 1));
+    for (size_t k = s->ntraj; k <= i; k++)
+      s->traj[k] = (struct traj_entry){ -1, 0 };
+    s->ntraj = i + 1;
+  }
+  s->traj[i] = (struct traj_entry){ off, len };
+}
+
+/* Indexes an existing trajectory (a sandbox resumed with its log). */
+static void traj_load(struct sup *s)
+{
+  FILE *f = fdopen(dup(s->traj_fd), "r");
+  char *line = NULL;
+  size_t cap = 0;
+  ssize_t n;
+  off_t off = 0;
+
+  if (!f)
+    return;
+  rewind(f);
+  while ((n = getline(&line, &cap, f)) > 0) {
+    json_t *rec = json_loadb(line, (size_t) n, 0, NULL);
+    json_t *seq = json_object_get(rec, "seq");
+    if (json_is_integer(seq))
+      traj_note(s, json_integer_value(seq), off, (size_t) n);
+    json_decref(rec);
+    off += n;
+  }
+  free(line);
+  fclose(f);
+}
+
+static bool seq_running(struct sup *s, json_int_t seq)
+{
+  for (size_t i = 0; i < s->njobs; i++)
+    if (s->jobs[i]->seq && json_integer_value(s->jobs[i]->seq) == seq)
+      return true;
+  return false;
+}
+
+static void reply_seq_error(struct client *cl, json_int_t seq, const char *msg)
+{
+  json_t *r = json_pack("{s:s, s:s, s:I, s:i}", "type", "error", "error", msg,
+                        "seq", (json_int_t) seq, "exit_code",
+                        DSEC_EXIT_SEQUENCE);
+  client_write(cl, r);
+  json_decref(r);
+}
+
+/* A request with a seq: replayed from the trajectory when recorded (1),
+ * refused when it conflicts (-1), run when it is the next one (0). */
+static int traj_check(struct sup *s, struct client *cl, json_t *req)
+{
+  json_int_t seq = json_integer_value(json_object_get(req, "seq"));
+  json_int_t next = s->traj ? s->seq_base + (json_int_t) s->ntraj : -1;
+  struct traj_entry *e;
+  _cleanup_free_ char *msg = NULL;
+  _cleanup_json_ json_t *rec = NULL;
+  char *buf;
+
+  if (seq_running(s, seq)) {
+    msg = xasprintf("seq %lld is running already", (long long) seq);
+    reply_seq_error(cl, seq, msg);
+    return -1;
+  }
+  if (!s->traj || seq >= next) {
+    /* the next one (with those still running counted), or the first */
+    json_int_t want = next;
+    for (size_t i = 0; i < s->njobs; i++)
+      if (s->jobs[i]->seq && json_integer_value(s->jobs[i]->seq) >= want)
+        want = json_integer_value(s->jobs[i]->seq) + 1;
+    if (!s->traj && want < 0 && seq <= 1)
+      return 0;
+    if (seq == want)
+      return 0;
+    msg = want < 0 ? xasprintf("seq %lld cannot start a trajectory (start at "
+                               "0 or 1)", (long long) seq)
+                   : xasprintf("seq %lld is beyond the trajectory's next, %lld",
+                               (long long) seq, (long long) want);
+    reply_seq_error(cl, seq, msg);
+    return -1;
+  }
+  if (seq < s->seq_base || s->traj[seq - s->seq_base].off < 0) {
+    msg = xasprintf("seq %lld is not in the trajectory", (long long) seq);
+    reply_seq_error(cl, seq, msg);
+    return -1;
+  }
+  e = &s->traj[seq - s->seq_base];
+  buf = xmalloc(e->len + 1);
+  if (pread(s->traj_fd, buf, e->len, e->off) == (ssize_t) e->len)
+    rec = json_loadb(buf, e->len, 0, NULL);
+  free(buf);
+  if (!rec) {
+    msg = xasprintf("seq %lld: its trajectory record cannot be read",
+                    (long long) seq);
+    reply_seq_error(cl, seq, msg);
+    return -1;
+  }
+  {
+    /* the same command, input, environment and directory, or a conflict:
+     * never a silent re-run */
+    static const char *const keys[] = { "cmd", "stdin", "env", "workdir" };
+    json_t *was = json_object_get(rec, "request");
+    for (size_t i = 0; i < ARRAY_SIZE(keys); i++)
+      if (!json_equal(json_object_get(was, keys[i]),
+                      json_object_get(req, keys[i]))) {
+        msg = xasprintf("seq %lld differs from the recorded request (%s)",
+                        (long long) seq, keys[i]);
+        reply_seq_error(cl, seq, msg);
+        sup_event(s, json_pack("{s:s, s:I, s:s}", "type", "replay_conflict",
+                               "seq", (json_int_t) seq, "field", keys[i]));
+        return -1;
+      }
+  }
+  {
+    json_t *res = json_object_get(rec, "result");
+    json_object_set_new(res, "replayed", json_true());
+    json_object_set_new(res, "id", json_string(s->id));
+    client_write(cl, res);
+    sup_event(s, json_pack("{s:s, s:I}", "type", "replay", "seq",
+                           (json_int_t) seq));
+  }
+  s->last_activity_ms = now_ms();
+  return 1;
+}
+
 static void job_start(struct sup *s, struct client *cl, json_t *req)
 {
   struct job *j = xzalloc(sizeof *j);
@@ -1273,20 +1421,29 @@ static void job_start(struct sup *s, struct client *cl, json_t *req)
     workdir = s->workdir;
   timeout = json_number_value(json_object_get(req, "timeout_s"));
   /* what the trajectory records: the request as it will run */
-  j->req = json_pack("{s:O, s:s, s:s, s:O, s:f, s:I}", "cmd",
+  j->req = json_pack("{s:O, s:s, s:s, s:o, s:f, s:I}", "cmd",
                      json_object_get(req, "cmd"), "stdin",
                      json_string_value(json_object_get(req, "stdin"))
                        ? json_string_value(json_object_get(req, "stdin"))
                        : "",
                      "workdir", workdir, "env",
                      json_is_object(json_object_get(req, "env"))
-                       ? json_object_get(req, "env")
+                       ? json_deep_copy(json_object_get(req, "env"))
                        : json_object(),
                      "timeout_s", timeout, "max_output_bytes",
                      (json_int_t) j->cap);
   if (json_object_get(req, "seq") && json_is_integer(json_object_get(req, "seq")))
     json_object_set(j->req, "seq", json_object_get(req, "seq"));
   j->seq = json_object_get(j->req, "seq");
+  if (j->seq) {
+    int r = traj_check(s, cl, j->req);
+    if (r != 0) {
+      json_decref(j->req);
+      free(j);
+      client_next(s, cl);
+      return;
+    }
+  }
   j->start = now_ms();
   j->deadline = timeout > 0 ? j->start + timeout * 1000 : 0;
   j->oom_before = s->cg ? dsec_cgroup_oom_kills(s->cg) : -1;
@@ -2234,12 +2391,13 @@ _Noreturn void dsec_supervisor_main(struct dsec_container_opts *o)
   {
     _cleanup_free_ char *tp = xasprintf("%s/trajectory.jsonl", s->dir);
     _cleanup_free_ char *ep = xasprintf("%s/events.jsonl", s->dir);
-    s->traj_fd = open(tp, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0644);
+    s->traj_fd = open(tp, O_RDWR | O_APPEND | O_CREAT | O_CLOEXEC, 0644);
     s->events_fd = open(ep, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0644);
     if (s->run_fd < 0 || s->traj_fd < 0 || s->events_fd < 0) {
       dsec_fail(&err, errno, "cannot open the sandbox's files");
       goto fail;
     }
+    traj_load(s);
   }
 
   /* 2. cgroups */

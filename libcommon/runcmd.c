@@ -112,6 +112,7 @@ static void help(void)
          "  ps [--all] [--label K=V]...          list sandboxes\n"
          "  inspect ID                           everything about a sandbox\n"
          "  events [--follow] ID                 the sandbox's audit events\n"
+         "  trajectory [--follow] ID             every exec and its result\n"
          "  rm [--force] ID...                   stop and remove sandboxes\n"
          "  kill ID [SIGNAL]                     signal every process in it\n"
          "\n"
@@ -151,7 +152,7 @@ static void help(void)
          "Other options:\n"
          "      --all              (ps) include ended sandboxes\n"
          "      --debug            print debug records on stderr\n"
-         "      --follow           (events) wait for more events\n"
+         "      --follow           (events, trajectory) wait for more\n"
          "      --force            (rm) kill at once; a missing ID is no "
          "error\n"
          "  -h, --help             show this help and exit\n"
@@ -201,9 +202,9 @@ static int parse_kv(const char *arg, const char *opt, char **k, char **v)
   return 0;
 }
 
-static const char *const verbs[] = { "create", "exec", "run",  "ps",
-                                     "inspect", "events", "rm", "kill",
-                                     NULL };
+static const char *const verbs[] = { "create", "exec",   "run", "ps",
+                                     "inspect", "events", "rm",  "kill",
+                                     "trajectory", NULL };
 
 /* Which verbs an option belongs to. */
 static bool option_ok(const char *verb, int opt)
@@ -230,7 +231,7 @@ static bool option_ok(const char *verb, int opt)
   case OPT_FORCE:
     return strcmp(verb, "rm") == 0;
   case OPT_FOLLOW:
-    return strcmp(verb, "events") == 0;
+    return strcmp(verb, "events") == 0 || strcmp(verb, "trajectory") == 0;
   default:
     return true;
   }
@@ -468,7 +469,8 @@ static int parse(int argc, char **argv, struct opts *o, bool *exit_now)
     if (o->requests && (json_object_size(o->exec) || o->stdin_file))
       return dsec_usage_error("exec: --requests carries its own fields");
   }
-  if ((strcmp(o->verb, "inspect") == 0 || strcmp(o->verb, "events") == 0) &&
+  if ((strcmp(o->verb, "inspect") == 0 || strcmp(o->verb, "events") == 0 ||
+       strcmp(o->verb, "trajectory") == 0) &&
       o->nargs != 1)
     return dsec_usage_error("%s: give one sandbox ID", o->verb);
   if (strcmp(o->verb, "rm") == 0 && o->nargs < 1)
@@ -1239,7 +1241,9 @@ static int do_inspect(struct opts *o, struct dsec_error **err)
   return dsec_json_print_new(rec, err);
 }
 
-static int do_events(struct opts *o, struct dsec_error **err)
+/* events and trajectory: a sandbox's JSON Lines file, and with --follow
+ * what is appended until the sandbox ends. */
+static int do_log(struct opts *o, const char *file, struct dsec_error **err)
 {
   _cleanup_free_ char *id = dsec_sandbox_resolve(o->args[0], err);
   _cleanup_free_ char *dir = NULL;
@@ -1250,7 +1254,7 @@ static int do_events(struct opts *o, struct dsec_error **err)
   if (!id)
     return -1;
   dir = dsec_sandbox_dir(id);
-  path = xasprintf("%s/events.jsonl", dir);
+  path = xasprintf("%s/%s", dir, file);
   fd = open(path, O_RDONLY | O_CLOEXEC);
   if (fd < 0 && errno != ENOENT)
     return dsec_fail(err, errno, "cannot open %s", path);
@@ -1388,7 +1392,9 @@ int dsec_runcmd_main(int argc, char **argv)
   else if (strcmp(o.verb, "inspect") == 0)
     ret = do_inspect(&o, &err);
   else if (strcmp(o.verb, "events") == 0)
-    ret = do_events(&o, &err);
+    ret = do_log(&o, "events.jsonl", &err);
+  else if (strcmp(o.verb, "trajectory") == 0)
+    ret = do_log(&o, "trajectory.jsonl", &err);
   else if (strcmp(o.verb, "rm") == 0)
     ret = do_rm(&o, &err);
   else if (strcmp(o.verb, "kill") == 0)
