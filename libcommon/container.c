@@ -809,6 +809,7 @@ enum watch_kind {
 struct watch {
   enum watch_kind kind;
   void *p;
+  bool dead; /* its object is gone: events still queued for it are dropped */
 };
 
 struct capture {
@@ -882,6 +883,10 @@ struct sup {
   char *upperfs;        /* the disk-limited file system, or NULL */
   struct listener **listeners;
   size_t nlisteners;
+  /* objects closed during an event batch, freed after it (the batch may
+   * still hold events that point at them) */
+  void **graves;
+  size_t ngraves;
   /* the trajectory by seq: where record seq_base + i is in the file */
   struct traj_entry {
     off_t off;
@@ -970,6 +975,12 @@ static void client_write(struct client *cl, json_t *rec)
     dsec_json_write_line(cl->fd, rec, &e);
 }
 
+static void bury(struct sup *s, void *p)
+{
+  s->graves = xrealloc(s->graves, sizeof *s->graves * (s->ngraves + 1));
+  s->graves[s->ngraves++] = p;
+}
+
 static void client_close(struct sup *s, struct client *cl)
 {
   for (size_t i = 0; i < s->nclients; i++)
@@ -981,8 +992,11 @@ static void client_close(struct sup *s, struct client *cl)
     cl->job->cl = NULL; /* the job finishes and is recorded all the same */
   if (cl->fd >= 0)
     close(cl->fd);
+  cl->fd = -1;
+  cl->w.dead = true;
   free(cl->in);
-  free(cl);
+  cl->in = NULL;
+  bury(s, cl);
 }
 
 /* Streams a chunk of output to the client, base64 so bytes stay bytes. */
@@ -1034,7 +1048,7 @@ static void capture_read(struct capture *c, uint64_t cap)
 
 static double now_ms(void) { return dsec_now_ms(); }
 
-static void job_free(struct job *j)
+static void job_free(struct sup *s, struct job *j)
 {
   if (j->out.fd >= 0)
     close(j->out.fd);
@@ -1042,12 +1056,16 @@ static void job_free(struct job *j)
     close(j->err.fd);
   if (j->in_fd >= 0)
     close(j->in_fd);
+  j->out.fd = j->err.fd = j->in_fd = -1;
+  j->out.w.dead = j->err.w.dead = j->w_in.dead = true;
   free(j->out.data);
   free(j->err.data);
   free(j->stdin_data);
   free(j->error);
   json_decref(j->req);
-  free(j);
+  j->out.data = j->err.data = j->stdin_data = j->error = NULL;
+  j->req = NULL;
+  bury(s, j);
 }
 
 static void client_next(struct sup *s, struct client *cl);
@@ -1150,7 +1168,7 @@ static void job_finish(struct sup *s, struct job *j)
     struct client *cl = j->cl;
     if (cl)
       cl->job = NULL;
-    job_free(j);
+    job_free(s, j);
     if (cl)
       client_next(s, cl);
   }
@@ -1636,8 +1654,10 @@ static void listener_close(struct sup *s, struct listener *l)
       break;
     }
   close(l->fd);
+  l->w.dead = true;
   json_decref(l->seq);
-  free(l);
+  l->seq = NULL;
+  bury(s, l);
 }
 
 static void listener_add(struct sup *s, int fd, uint64_t xid)
@@ -1885,6 +1905,8 @@ _Noreturn static void sup_loop(struct sup *s)
       sup_teardown(s, "died", "supervisor error");
     for (int i = 0; i < n; i++) {
       struct watch *w = evs[i].data.ptr;
+      if (w->dead)
+        continue;
       switch (w->kind) {
       case W_LISTEN:
         accept_clients(s);
@@ -1912,6 +1934,9 @@ _Noreturn static void sup_loop(struct sup *s)
         break;
       }
     }
+    for (size_t g = 0; g < s->ngraves; g++)
+      free(s->graves[g]);
+    s->ngraves = 0;
     sup_timers(s);
   }
 }
