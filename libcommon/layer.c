@@ -266,6 +266,9 @@ static char *extract_tmp(struct dsec_store *s, int dfd, const char *base,
   if (fd < 0)
     goto fail;
   p.keep_setuid = json_is_true(json_object_get(meta, "keep_setuid"));
+  p.diff_id = json_string_value(json_object_get(meta, "diff_id"));
+  /* a tree made only to build an EROFS image is thrown away after */
+  p.no_sync = strcmp(base, "erofs-tree") == 0;
   /* the size it had at import bounds it now */
   p.max_size = (uint64_t) json_integer_value(
     json_object_get(meta, "uncompressed_size"));

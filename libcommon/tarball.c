@@ -737,17 +737,16 @@ int dsec_tar_scan(int fd, const struct dsec_tar_policy *p,
  * result to the pipe. */
 static _Noreturn void extract_child(int fd, const char *target,
                                     const struct dsec_tar_policy *p,
-                                    int result_fd)
+                                    const char *expected_digest, int result_fd)
 {
   _cleanup_error_ struct dsec_error *err = NULL;
   struct opaque_list opq = { 0 };
   struct dsec_tar_stats st;
   struct archive *disk = NULL;
   bool root = geteuid() == 0;
-  int flags = ARCHIVE_EXTRACT_SECURE_SYMLINKS | ARCHIVE_EXTRACT_SECURE_NODOTDOT |
-              ARCHIVE_EXTRACT_SECURE_NOABSOLUTEPATHS | ARCHIVE_EXTRACT_PERM |
-              ARCHIVE_EXTRACT_TIME | ARCHIVE_EXTRACT_XATTR |
-              ARCHIVE_EXTRACT_SPARSE | ARCHIVE_EXTRACT_UNLINK;
+  int flags = ARCHIVE_EXTRACT_PERM | ARCHIVE_EXTRACT_TIME |
+              ARCHIVE_EXTRACT_XATTR | ARCHIVE_EXTRACT_SPARSE |
+              ARCHIVE_EXTRACT_UNLINK;
   json_t *res;
   int ret;
 
@@ -757,12 +756,17 @@ static _Noreturn void extract_child(int fd, const char *target,
     goto done;
   }
   if (root) {
+    /* confined by chroot, and the checks have refused "..", absolute
+     * paths and members under a symlink: libarchive's own per-component
+     * checks (SECURE_*) would only cost a stat per path component */
     if (chroot(".") < 0) {
       ret = dsec_fail(&err, errno, "cannot confine extraction to %s", target);
       goto done;
     }
     flags |= ARCHIVE_EXTRACT_OWNER;
-  }
+  } else
+    flags |= ARCHIVE_EXTRACT_SECURE_SYMLINKS | ARCHIVE_EXTRACT_SECURE_NODOTDOT |
+             ARCHIVE_EXTRACT_SECURE_NOABSOLUTEPATHS;
   disk = archive_write_disk_new();
   archive_write_disk_set_options(disk, flags);
 
@@ -786,7 +790,14 @@ static _Noreturn void extract_child(int fd, const char *target,
     if (dfd >= 0)
       close(dfd);
   }
-  if (ret == 0) {
+  /* the blob first (what was read), then what it unpacked to */
+  if (ret == 0 && expected_digest && strcmp(expected_digest, st.digest) != 0)
+    ret = dsec_bad_input(&err, "blob %s is corrupt: its content hashes to %s",
+                         expected_digest, st.digest);
+  if (ret == 0 && p->diff_id && strcmp(p->diff_id, st.diff_id) != 0)
+    ret = dsec_bad_input(&err, "layer is corrupt: its content hashes to %s, "
+                               "not its diff_id %s", st.diff_id, p->diff_id);
+  if (ret == 0 && !p->no_sync) {
     /* the caller renames the tree into place only once it is durable */
     int dfd = open(".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     if (dfd < 0 || syncfs(dfd) < 0)
@@ -835,7 +846,7 @@ int dsec_tar_extract(int fd, const char *target,
   }
   if (pid == 0) {
     close(pfd[0]);
-    extract_child(fd, target, p, pfd[1]);
+    extract_child(fd, target, p, expected_digest, pfd[1]);
   }
   close(pfd[1]);
   out = dsec_read_fd(pfd[0], 1 << 20, &len, err);

@@ -18,6 +18,9 @@
 struct dsec_tar_policy {
   uint64_t max_size;  /* bound on the uncompressed stream; 0: default */
   bool keep_setuid;   /* keep setuid/setgid files and file capabilities */
+  bool no_sync;       /* extraction: a throwaway tree, not synced to disk */
+  const char *diff_id; /* extraction: the uncompressed stream must hash to
+                        * this (NULL: unchecked) */
 };
 
 struct dsec_tar_stats {
