@@ -406,3 +406,21 @@ struct dsec_cgroup *dsec_cgroup_from_json(json_t *j)
   }
   return cg;
 }
+
+struct dsec_cgroup *dsec_cgroup_for_id(const char *id)
+{
+  struct dsec_cgroup *cg = xzalloc(sizeof *cg);
+  const char *uni = unified_root();
+
+  for (int c = 0; c < DSEC_CG_N; c++) {
+    _cleanup_free_ char *v1 = xasprintf(CG_ROOT "/%s/dsec/%s", ctrl_names[c], id);
+    _cleanup_free_ char *v2 = uni ? xasprintf("%s/dsec/%s", uni, id) : NULL;
+    if (access(v1, F_OK) == 0)
+      cg->path[c] = steal_pointer(&v1);
+    else if (v2 && access(v2, F_OK) == 0) {
+      cg->path[c] = steal_pointer(&v2);
+      cg->v2[c] = true;
+    }
+  }
+  return cg;
+}

@@ -47,5 +47,8 @@ void dsec_cgroup_free(struct dsec_cgroup *cg);
 /* {"memory":{"path":..,"version":1},...} and back (new/owned). */
 json_t *dsec_cgroup_to_json(struct dsec_cgroup *cg);
 struct dsec_cgroup *dsec_cgroup_from_json(json_t *j);
+/* The cgroups a sandbox id has on this machine, whatever its state file
+ * says (new). */
+struct dsec_cgroup *dsec_cgroup_for_id(const char *id);
 
 #endif

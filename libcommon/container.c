@@ -1354,14 +1354,12 @@ static int traj_check(struct sup *s, struct client *cl, json_t *req)
     for (size_t i = 0; i < s->njobs; i++)
       if (s->jobs[i]->seq && json_integer_value(s->jobs[i]->seq) >= want)
         want = json_integer_value(s->jobs[i]->seq) + 1;
-    if (!s->traj && want < 0 && seq <= 1)
-      return 0;
+    if (!s->traj && want < 0)
+      return 0; /* the first seq starts the trajectory */
     if (seq == want)
       return 0;
-    msg = want < 0 ? xasprintf("seq %lld cannot start a trajectory (start at "
-                               "0 or 1)", (long long) seq)
-                   : xasprintf("seq %lld is beyond the trajectory's next, %lld",
-                               (long long) seq, (long long) want);
+    msg = xasprintf("seq %lld is beyond the trajectory's next, %lld",
+                    (long long) seq, (long long) want);
     reply_seq_error(cl, seq, msg);
     return -1;
   }

@@ -606,8 +606,8 @@ static int do_create(struct opts *o, char **id_out, json_t **record,
   char **layers = NULL;
   size_t n_layers = 0;
   const char *backend;
-  int ret = -1, pfd[2] = { -1, -1 };
-  pid_t pid;
+  int ret = -1, pfd[2] = { -1, -1 }, gofd[2] = { -1, -1 };
+  pid_t pid = -1;
 
   if (!spec)
     return -1;
@@ -677,31 +677,62 @@ static int do_create(struct opts *o, char **id_out, json_t **record,
     }
   }
 
-  /* the sandbox's directory, then its supervisor */
+  /* The supervisor is forked first and waits for "go": the state file
+   * names it from the start, so whoever finds the directory (ps, rm, the
+   * reaper) can tell a live creation from a dead one.  The directory
+   * appears complete or not at all (made under a temporary name). */
   id = dsec_sandbox_new_id();
   dir = dsec_sandbox_dir(id);
+  if (pipe2(pfd, O_CLOEXEC) < 0 || pipe2(gofd, O_CLOEXEC) < 0) {
+    dsec_fail(err, errno, "pipe");
+    goto out;
+  }
+  fflush(stdout);
+  fflush(stderr);
+  pid = fork();
+  if (pid < 0) {
+    dsec_fail(err, errno, "fork");
+    goto out;
+  }
+  if (pid == 0) {
+    struct dsec_container_opts co = {
+      .id = id, .spec = spec, .environment = env, .layers = layers,
+      .n_layers = n_layers, .ready_fd = pfd[1],
+    };
+    char go;
+    close(pfd[0]);
+    close(gofd[1]);
+    /* the supervisor outlives us: it is the sandbox's owner, not a
+     * daemon (one per sandbox, gone with it) */
+    setsid();
+    if (read(gofd[0], &go, 1) != 1)
+      _exit(0); /* the creation was abandoned before anything was made */
+    close(gofd[0]);
+    dsec_store_free(store);
+    dsec_supervisor_main(&co);
+  }
+  close(gofd[0]);
+  gofd[0] = -1;
   {
     _cleanup_free_ char *parent = dsec_sandboxes_dir();
+    _cleanup_free_ char *tmpdir = NULL;
     _cleanup_close_ int dfd = -1;
     _cleanup_free_ char *now = dsec_time_rfc3339();
     char *text;
     json_t *st;
+
     if (dsec_mkdir_p(AT_FDCWD, parent, 0711, err) < 0)
-      goto out;
-    if (mkdir(dir, 0700) < 0) {
-      dsec_fail(err, errno, "cannot create %s", dir);
-      goto out;
+      goto abandon;
+    tmpdir = xasprintf("%s/.tmp-%s", parent, id);
+    if (mkdir(tmpdir, 0700) < 0) {
+      dsec_fail(err, errno, "cannot create %s", tmpdir);
+      goto abandon;
     }
-    dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    if (json_object_get(spec, "name") &&
-        dsec_sandbox_name_claim(json_string_value(json_object_get(spec, "name")),
-                                id, err) < 0) {
-      json_object_del(spec, "name");
-      goto fail_dir;
-    }
+    dfd = open(tmpdir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     text = json_dumps(spec, JSON_COMPACT | JSON_REAL_PRECISION(10));
-    ret = dsec_write_file_replace(dfd, "spec.json", text, strlen(text), 0644,
-                                  err);
+    ret = dfd < 0 ? dsec_fail(err, errno, "cannot open %s", tmpdir)
+                  : dsec_write_file_replace(dfd, "spec.json", text,
+                                            strlen(text), 0644, err);
     free(text);
     if (ret == 0) {
       text = json_dumps(env, JSON_COMPACT);
@@ -709,49 +740,40 @@ static int do_create(struct opts *o, char **id_out, json_t **record,
                                     strlen(text), 0644, err);
       free(text);
     }
-    st = json_pack("{s:s, s:s, s:s, s:s, s:i, s:i}", "type", "sandbox", "id",
-                   id, "state", "creating", "created", now, "supervisor_pid", 0,
-                   "supervisor_start", 0);
-    if (ret == 0)
-      ret = dsec_sandbox_state_write(id, st, err);
-    json_decref(st);
-    if (ret < 0)
-      goto fail_dir;
-    ret = -1;
-  }
-  if (pipe2(pfd, O_CLOEXEC) < 0) {
-    dsec_fail(err, errno, "pipe");
-    goto fail_dir;
-  }
-  fflush(stdout);
-  fflush(stderr);
-  pid = fork();
-  if (pid < 0) {
-    dsec_fail(err, errno, "fork");
-    goto fail_dir;
-  }
-  if (pid == 0) {
-    struct dsec_container_opts co = {
-      .id = id, .spec = spec, .environment = env, .layers = layers,
-      .n_layers = n_layers, .ready_fd = pfd[1],
-    };
-    close(pfd[0]);
-    setsid();
-    /* the supervisor outlives us: it is the sandbox's owner, not a
-     * daemon (one per sandbox, gone with it) */
-    {
-      json_t *st = json_pack("{s:s, s:s, s:s, s:s, s:i, s:I}", "type",
-                             "sandbox", "id", id, "state", "creating",
-                             "created", "", "supervisor_pid", (int) getpid(),
-                             "supervisor_start",
-                             (json_int_t) dsec_process_starttime(getpid()));
-      _cleanup_error_ struct dsec_error *e = NULL;
-      dsec_sandbox_state_write(id, st, &e);
-      json_decref(st);
+    st = json_pack("{s:s, s:s, s:s, s:s, s:i, s:I}", "type", "sandbox", "id",
+                   id, "state", "creating", "created", now, "supervisor_pid",
+                   (int) pid, "supervisor_start",
+                   (json_int_t) dsec_process_starttime(pid));
+    if (ret == 0) {
+      text = json_dumps(st, JSON_COMPACT);
+      ret = dsec_write_file_replace(dfd, "state.json", text, strlen(text),
+                                    0644, err);
+      free(text);
     }
-    dsec_store_free(store);
-    dsec_supervisor_main(&co);
+    json_decref(st);
+    if (ret == 0 && rename(tmpdir, dir) < 0)
+      ret = dsec_fail(err, errno, "cannot create %s", dir);
+    if (ret < 0) {
+      dsec_rm_rf_at(AT_FDCWD, tmpdir, NULL);
+      goto abandon;
+    }
+    ret = -1;
+    if (json_object_get(spec, "name") &&
+        dsec_sandbox_name_claim(json_string_value(json_object_get(spec, "name")),
+                                id, err) < 0) {
+      json_object_del(spec, "name");
+      close(gofd[1]);
+      gofd[1] = -1;
+      waitpid(pid, NULL, 0);
+      goto fail_dir;
+    }
   }
+  if (write(gofd[1], "g", 1) != 1) {
+    dsec_fail(err, errno, "the supervisor is gone");
+    goto fail_dir;
+  }
+  close(gofd[1]);
+  gofd[1] = -1;
   close(pfd[1]);
   pfd[1] = -1;
   {
@@ -793,13 +815,24 @@ static int do_create(struct opts *o, char **id_out, json_t **record,
   ret = 0;
   goto out;
 
+abandon:
+  /* the supervisor sees EOF on "go" and leaves, having made nothing */
+  if (gofd[1] >= 0) {
+    close(gofd[1]);
+    gofd[1] = -1;
+  }
+  if (pid > 0)
+    waitpid(pid, NULL, 0);
+  goto out;
 fail_dir:
   remove_sandbox_files(id, spec);
 out:
-  if (pfd[0] >= 0)
-    close(pfd[0]);
-  if (pfd[1] >= 0)
-    close(pfd[1]);
+  for (int i = 0; i < 2; i++) {
+    if (pfd[i] >= 0)
+      close(pfd[i]);
+    if (gofd[i] >= 0)
+      close(gofd[i]);
+  }
   for (size_t i = 0; layers && i < n_layers; i++)
     free(layers[i]);
   free(layers);
@@ -1045,9 +1078,10 @@ static int stop_sandbox(const char *id, bool force, struct dsec_error **err)
     if (!st)
       return -1;
   }
-  /* whatever a dead supervisor left: processes, cgroups */
+  /* whatever a dead supervisor left: processes, cgroups (found by the id
+   * too: a supervisor killed while creating had not recorded them yet) */
   {
-    struct dsec_cgroup *cg = dsec_cgroup_from_json(json_object_get(st, "cgroup"));
+    struct dsec_cgroup *cg = dsec_cgroup_for_id(id);
     _cleanup_error_ struct dsec_error *e = NULL;
     int r = dsec_cgroup_destroy(cg, &e);
     dsec_cgroup_free(cg);
@@ -1113,7 +1147,7 @@ static int parse_signal(const char *s)
 
 static int do_kill(struct opts *o, struct dsec_error **err)
 {
-  _cleanup_free_ char *id = dsec_sandbox_resolve(o->args[0], err);
+  _cleanup_free_ char *id = NULL;
   struct dsec_conn *c = NULL;
   int sig = o->nargs > 1 ? parse_signal(o->args[1]) : SIGKILL;
   json_t *req, *res;
@@ -1121,6 +1155,7 @@ static int do_kill(struct opts *o, struct dsec_error **err)
   if (sig < 0)
     return dsec_error_set(err, DSEC_EXIT_USAGE, 0, "unknown signal `%s`",
                           o->args[1]);
+  id = dsec_sandbox_resolve(o->args[0], err);
   if (!id)
     return -1;
   if (connect_running(id, &c, err) < 0) {

@@ -263,12 +263,24 @@ bool dsec_process_alive(pid_t pid, uint64_t starttime)
 
 json_t *dsec_sandbox_status(const char *id, struct dsec_error **err)
 {
-  json_t *st = dsec_sandbox_state_read(id, err);
+  _cleanup_error_ struct dsec_error *e = NULL;
+  json_t *st = dsec_sandbox_state_read(id, &e);
   const char *state;
   json_int_t pid, start;
 
-  if (!st)
-    return NULL;
+  if (!st) {
+    /* a directory without a readable state (a host crash mid-write): the
+     * sandbox is gone, and rm must be able to clean it */
+    _cleanup_free_ char *dir = dsec_sandbox_dir(id);
+    struct stat sb;
+    if (stat(dir, &sb) < 0) {
+      if (err && !*err)
+        *err = steal_pointer(&e);
+      return NULL;
+    }
+    return json_pack("{s:s, s:s, s:s, s:s}", "type", "sandbox", "id", id,
+                     "state", "died", "cause", "no readable state");
+  }
   state = json_string_value(json_object_get(st, "state"));
   pid = json_integer_value(json_object_get(st, "supervisor_pid"));
   start = json_integer_value(json_object_get(st, "supervisor_start"));

@@ -1,0 +1,1018 @@
+#!/usr/bin/env bats
+# dsec-run end to end: the command line, create/ps/inspect, exec and its
+# result, run, the fncall backend, kill, events, limits, crashes of every
+# process involved, and many sandboxes at once.  Every test gets its own
+# store with busybox:1 in it; teardown removes every sandbox of that store
+# and checks that no cgroup and no process of them is left (the cgroup
+# tree is shared with other users).
+
+bats_require_minimum_version 1.5.0
+
+load helpers/common
+load helpers/fn-assert
+load helpers/run
+
+setup_file() {
+  # build the busybox rootfs once for the file
+  busybox_tar >/dev/null
+  run_file_setup
+}
+
+teardown_file() {
+  sb_file_teardown
+}
+
+setup() {
+  common_setup
+  require_root
+  run_setup
+  BG_PIDS=()
+}
+
+teardown() {
+  local p
+  for p in "${BG_PIDS[@]}"; do
+    kill -9 "$p" 2>/dev/null || true
+  done
+  sb_teardown
+}
+
+# bg CMD...: runs CMD in the background (fd 3 closed, so bats does not wait
+# for it), remembering its pid for teardown; $BG is the pid.
+bg() {
+  "$@" 3>&- &
+  BG=$!
+  BG_PIDS+=("$BG")
+}
+
+# --- the command-line contract ---------------------------------------------
+
+@test "--help prints usage naming every verb on stdout, exit 0" {
+  run -0 --separate-stderr dsec-run --help
+  [[ "$output" == Usage:\ dsec-run* ]]
+  for verb in create exec run ps inspect events rm kill; do
+    [[ "$output" == *"  $verb "* ]]
+  done
+  [[ "$output" == *"--requests"* ]]
+  [ -z "$stderr" ]
+  [ ! -e "$DSEC_ROOT/sandboxes" ]
+}
+
+@test "-h is --help, also after a verb" {
+  run -0 --separate-stderr dsec-run -h
+  [[ "$output" == Usage:\ dsec-run* ]]
+  run -0 --separate-stderr dsec-run create --help
+  [[ "$output" == Usage:\ dsec-run* ]]
+  [ ! -e "$DSEC_ROOT/sandboxes" ]
+}
+
+@test "--version prints the program and version, exit 0" {
+  run -0 --separate-stderr dsec-run --version
+  [[ "$output" =~ ^dsec-run\ [0-9]+\.[0-9]+ ]]
+  [ "${#lines[@]}" -eq 1 ]
+  [ -z "$stderr" ]
+}
+
+@test "no command is a usage error (2)" {
+  run -2 --separate-stderr dsec-run
+  [ -z "$output" ]
+  stderr_has "COMMAND"
+}
+
+@test "an unknown command is a usage error (2) naming it" {
+  run -2 --separate-stderr dsec-run frobnicate
+  [ -z "$output" ]
+  stderr_has "frobnicate"
+}
+
+@test "an unknown option is a usage error (2)" {
+  run -2 --separate-stderr dsec-run create --no-such-option
+  [ -z "$output" ]
+  stderr_has "no-such-option"
+  run -2 --separate-stderr dsec-run --no-such-option ps
+  [ -z "$output" ]
+  [ ! -e "$DSEC_ROOT/sandboxes" ]
+}
+
+@test "an option of another verb is a usage error (2)" {
+  local args
+  for args in "ps --force" "rm --all x" "exec --rm x -- true" \
+    "create --requests f" "events --seq 1 x" "inspect --memory 5 x" \
+    "kill --follow x" "create --attach --image busybox:1"; do
+    # shellcheck disable=SC2086
+    run -2 --separate-stderr dsec-run $args
+    [ -z "$output" ]
+    stderr_has "does not apply"
+  done
+  [ ! -e "$DSEC_ROOT/sandboxes" ]
+}
+
+@test "exec without ID, without command, or with both forms is a usage error (2)" {
+  run -2 --separate-stderr dsec-run exec
+  [ -z "$output" ]
+  run -2 --separate-stderr dsec-run exec -- true
+  [ -z "$output" ]
+  stderr_has "ID"
+  run -2 --separate-stderr dsec-run exec sb-0123456789abcdef
+  [ -z "$output" ]
+  stderr_has "--requests"
+  run -2 --separate-stderr dsec-run exec sb-0123456789abcdef --requests f -- true
+  [ -z "$output" ]
+  run -2 --separate-stderr dsec-run exec --seq 1 sb-0123456789abcdef --requests f
+  [ -z "$output" ]
+}
+
+@test "other argument mistakes are usage errors (2)" {
+  run -2 --separate-stderr dsec-run create --image busybox:1 extra
+  run -2 --separate-stderr dsec-run run --image busybox:1
+  stderr_has "--"
+  run -2 --separate-stderr dsec-run inspect
+  run -2 --separate-stderr dsec-run events a b
+  run -2 --separate-stderr dsec-run rm
+  run -2 --separate-stderr dsec-run kill
+  run -2 --separate-stderr dsec-run ps extra
+  run -2 --separate-stderr dsec-run create --image busybox:1 --memory lots
+  run -2 --separate-stderr dsec-run create --image busybox:1 --cpus 0
+  run -2 --separate-stderr dsec-run create --image busybox:1 --env NOEQUALS
+  run -2 --separate-stderr dsec-run exec --timeout soon x -- true
+  [ ! -e "$DSEC_ROOT/sandboxes" ] || [ -z "$(ls -A "$DSEC_ROOT/sandboxes")" ]
+}
+
+@test "a missing image is bad input (3) and leaves nothing under sandboxes/" {
+  run -3 --separate-stderr dsec-run create --image nosuch:1
+  [ -z "$output" ]
+  stderr_has "nosuch:1"
+  [ -z "$(ls -A "$DSEC_ROOT/sandboxes" 2>/dev/null)" ]
+  run -3 --separate-stderr dsec-run run --rm --image nosuch:1 -- true
+  [ -z "$output" ]
+  [ -z "$(ls -A "$DSEC_ROOT/sandboxes" 2>/dev/null)" ]
+  run -0 --separate-stderr dsec-run ps --all
+  [ -z "$output" ]
+}
+
+@test "a spec without image is bad input (3)" {
+  run -3 --separate-stderr dsec-run create
+  stderr_has "image"
+  [ -z "$(ls -A "$DSEC_ROOT/sandboxes" 2>/dev/null)" ]
+}
+
+@test "malformed --spec JSON is bad input (3), from a file or stdin" {
+  printf '{"image": "busybox:1",' >"$BATS_TEST_TMPDIR/spec.json"
+  run -3 --separate-stderr dsec-run create --spec "$BATS_TEST_TMPDIR/spec.json"
+  [ -z "$output" ]
+  stderr_has "JSON"
+  run -3 --separate-stderr dsec-run create --spec - <<<'{"image":'
+  [ -z "$output" ]
+  run -3 --separate-stderr dsec-run create --spec - <<<'["busybox:1"]'
+  [ -z "$output" ]
+  run -3 --separate-stderr dsec-run create --spec "$BATS_TEST_TMPDIR/none.json"
+  [ -z "$(ls -A "$DSEC_ROOT/sandboxes" 2>/dev/null)" ]
+}
+
+@test "an unknown key in the spec is bad input (3) and the message names it" {
+  run -3 --separate-stderr dsec-run create --spec - \
+    <<<'{"image":"busybox:1","gpus_please":4}'
+  [ -z "$output" ]
+  stderr_has "gpus_please"
+  run -3 --separate-stderr dsec-run create --spec - \
+    <<<'{"image":"busybox:1","resources":{"cpus":1,"gpus":2}}'
+  stderr_has "gpus"
+  [ -z "$(ls -A "$DSEC_ROOT/sandboxes" 2>/dev/null)" ]
+}
+
+@test "a duplicate key in the spec is bad input (3)" {
+  run -3 --separate-stderr dsec-run create --spec - \
+    <<<'{"image":"busybox:1","image":"busybox:1"}'
+  [ -z "$output" ]
+  stderr_has "image"
+  run -3 --separate-stderr dsec-run create --spec - \
+    <<<'{"image":"busybox:1","resources":{"pids":5,"pids":6}}'
+  [ -z "$(ls -A "$DSEC_ROOT/sandboxes" 2>/dev/null)" ]
+}
+
+@test "an invalid mount is bad input (3): missing source, bad form, relative paths" {
+  run -3 --separate-stderr dsec-run create --image busybox:1 \
+    --mount "$BATS_TEST_TMPDIR/nonexistent:/data"
+  [ -z "$output" ]
+  stderr_has "nonexistent"
+  run -3 --separate-stderr dsec-run create --spec - <<EOF
+{"image":"busybox:1","mounts":[{"source":"$BATS_TEST_TMPDIR/nonexistent","target":"/data"}]}
+EOF
+  stderr_has "nonexistent"
+  run -3 --separate-stderr dsec-run create --spec - \
+    <<<'{"image":"busybox:1","mounts":[{"source":"relative","target":"/data"}]}'
+  run -3 --separate-stderr dsec-run create --spec - \
+    <<<'{"image":"busybox:1","mounts":[{"source":"/tmp","target":"/../x"}]}'
+  # a malformed flag is a usage error
+  run -2 --separate-stderr dsec-run create --image busybox:1 --mount /tmp:/x:rx
+  run -2 --separate-stderr dsec-run create --image busybox:1 --mount /tmp
+  [ -z "$(ls -A "$DSEC_ROOT/sandboxes" 2>/dev/null)" ]
+  [ -z "$(sb_pids)" ]
+}
+
+@test "a bad --user is bad input (3)" {
+  local u
+  for u in abc 70000:0 1:x -1 ""; do
+    run -3 --separate-stderr dsec-run create --image busybox:1 --user "$u"
+    [ -z "$output" ]
+    stderr_has "user"
+  done
+  [ -z "$(ls -A "$DSEC_ROOT/sandboxes" 2>/dev/null)" ]
+}
+
+@test "an unknown sandbox is bad input (3) for exec, inspect, events, kill and rm; rm --force ignores it" {
+  run -3 --separate-stderr dsec-run exec sb-0123456789abcdef -- true
+  [ -z "$output" ]
+  stderr_has "sb-0123456789abcdef"
+  run -3 --separate-stderr dsec-run inspect nosuchname
+  run -3 --separate-stderr dsec-run events nosuchname
+  run -3 --separate-stderr dsec-run kill nosuchname
+  run -3 --separate-stderr dsec-run rm nosuchname
+  run -0 --separate-stderr dsec-run rm --force nosuchname
+  [ -z "$output" ]
+}
+
+# --- create, ps, inspect -----------------------------------------------------
+
+@test "create prints one sandbox record, state running" {
+  run -0 --separate-stderr dsec-run create --image busybox:1
+  sb_track
+  one_line
+  out_jq '.type == "sandbox" and (.id | test("^sb-[0-9a-f]{16}$"))
+         and .state == "running" and .backend == "container"
+         and (.init_pid | type == "number") and (.supervisor_pid | type == "number")'
+  [ -d "$DSEC_ROOT/sandboxes/$(jq -r .id <<<"$output")" ]
+}
+
+@test "ps lists running sandboxes as JSON Lines; --label filters" {
+  local a b
+  a=$(sb_create --label team=red)
+  b=$(sb_create --label team=blue)
+  run -0 --separate-stderr dsec-run ps
+  [ "${#lines[@]}" -eq 2 ]
+  for l in "${lines[@]}"; do
+    jq -e '.type == "sandbox" and .state == "running" and .image == "busybox:1"' <<<"$l"
+  done
+  out_jq -s --arg a "$a" --arg b "$b" '[.[].id] | sort == ([$a, $b] | sort)'
+  run -0 --separate-stderr dsec-run ps --label team=red
+  [ "${#lines[@]}" -eq 1 ]
+  out_jq --arg a "$a" '.id == $a and .labels.team == "red"'
+  run -0 --separate-stderr dsec-run ps --label team=green
+  [ -z "$output" ]
+}
+
+@test "inspect shows pids, cgroup paths, limits and the spec" {
+  local id
+  id=$(sb_create --memory 64 --pids 100 --cpus 1 --label k=v)
+  run -0 --separate-stderr dsec-run inspect "$id"
+  one_line
+  out_jq --arg id "$id" '.type == "sandbox" and .id == $id and .state == "running"
+    and (.init_pid | type == "number" and . > 1)
+    and (.supervisor_pid | type == "number" and . > 1)
+    and .limits.memory_mb == 64 and .limits.pids == 100 and .limits.cpus == 1
+    and .limits == .spec.resources
+    and .spec.image == "busybox:1" and .spec.labels.k == "v"
+    and (.cgroup | length > 0)
+    and all(.cgroup | to_entries[] | select(.key != "unavailable");
+            .value.path | test("^/sys/fs/cgroup/.*/dsec/" + $id + "$"))'
+  local sup init p
+  sup=$(jq -r .supervisor_pid <<<"$output")
+  init=$(jq -r .init_pid <<<"$output")
+  [ "$(cat "/proc/$sup/comm")" = dsec-supervise ]
+  [ "$(cat "/proc/$init/comm")" = dsec-init ]
+  for p in $(jq -r '.cgroup | to_entries[] | select(.key != "unavailable") | .value.path' <<<"$output"); do
+    [ -d "$p" ]
+  done
+  # the memory and pids cgroups hold init
+  p=$(jq -r '.cgroup.pids.path' <<<"$output")
+  grep -qx "$init" "$p/cgroup.procs"
+}
+
+@test "--name: exec, inspect, kill and rm take the name; a name in use is refused" {
+  local id
+  id=$(sb_create --name web-1)
+  run -0 --separate-stderr dsec-run exec web-1 -- echo hi
+  out_jq --arg id "$id" '.id == $id and .stdout == "hi\n"'
+  run -0 --separate-stderr dsec-run inspect web-1
+  out_jq --arg id "$id" '.id == $id and .name == "web-1" and .spec.name == "web-1"'
+  run -0 --separate-stderr dsec-run ps
+  out_jq '.name == "web-1"'
+  run -3 --separate-stderr dsec-run create --image busybox:1 --name web-1
+  stderr_has "web-1"
+  [ "$(ls "$DSEC_ROOT/sandboxes")" = "$id" ]
+  run -0 --separate-stderr dsec-run rm web-1
+  out_jq --arg id "$id" '.type == "removed" and .id == $id'
+  sb_gone "$id"
+  run -3 --separate-stderr dsec-run inspect web-1
+  # the name is free again
+  id=$(sb_create --name web-1)
+  run -0 --separate-stderr dsec-run inspect web-1
+  out_jq --arg id "$id" '.id == $id'
+}
+
+@test "--spec FILE gives the spec; flags override its fields" {
+  cat >"$BATS_TEST_TMPDIR/spec.json" <<'EOF'
+{"image": "busybox:1", "env": {"A": "spec", "B": "spec"}, "workdir": "/work",
+ "resources": {"pids": 50, "memory_mb": 64}, "labels": {"job": "t"}}
+EOF
+  run -0 --separate-stderr dsec-run create --spec "$BATS_TEST_TMPDIR/spec.json" \
+    --env A=flag --pids 30 --workdir /srv
+  sb_track
+  local id
+  id=$(jq -r .id <<<"$output")
+  run -0 --separate-stderr dsec-run inspect "$id"
+  out_jq '.spec.resources.pids == 30 and .spec.resources.memory_mb == 64
+         and .spec.env == {"A": "flag", "B": "spec"} and .spec.workdir == "/srv"
+         and .spec.labels.job == "t"'
+  [ "$(cat "$(cg_file "$id" pids pids.max)")" = 30 ]
+  run -0 --separate-stderr dsec-run exec "$id" -- sh -c 'echo "$A $B"; pwd'
+  out_jq '.stdout == "flag spec\n/srv\n"'
+}
+
+@test "--spec - reads the spec from stdin" {
+  run -0 --separate-stderr dsec-run create --spec - --label from=flag <<'EOF'
+{"image": "busybox:1", "env": {"FROM": "stdin"}, "labels": {"a": 1}}
+EOF
+  sb_track
+  local id
+  id=$(jq -r .id <<<"$output")
+  run -0 --separate-stderr dsec-run inspect "$id"
+  out_jq '.spec.labels == {"a": 1, "from": "flag"} and .spec.env.FROM == "stdin"'
+  run -0 --separate-stderr dsec-run exec "$id" -- sh -c 'echo $FROM'
+  out_jq '.stdout == "stdin\n"'
+}
+
+# --- exec --------------------------------------------------------------------
+
+@test "exec prints a result with every field of the contract" {
+  local id
+  id=$(sb_create)
+  run -0 --separate-stderr dsec-run exec "$id" -- sh -c 'echo out; echo err >&2'
+  one_line
+  out_jq --arg id "$id" '.id == $id and .seq == null and .exit_code == 0
+    and .signal == null and .stdout == "out\n" and .stderr == "err\n"
+    and .stdout_bytes == 4 and .stderr_bytes == 4 and .truncated == false
+    and .timed_out == false and .oom_killed == false
+    and (.duration_ms | type == "number" and . >= 0) and .replayed == false'
+  out_jq '[keys[]] - ["type"] | sort == (["id","seq","exit_code","signal",
+    "stdout","stderr","stdout_bytes","stderr_bytes","truncated","timed_out",
+    "oom_killed","duration_ms","replayed"] | sort)'
+  [ -z "$stderr" ]
+}
+
+@test "exec passes the exit status through" {
+  local id
+  id=$(sb_create)
+  run -7 --separate-stderr dsec-run exec "$id" -- sh -c 'exit 7'
+  out_jq '.exit_code == 7 and .signal == null'
+  run -1 --separate-stderr dsec-run exec "$id" -- false
+  out_jq '.exit_code == 1'
+}
+
+@test "exec of a command killed by a signal: 128+N and signal N" {
+  local id
+  id=$(sb_create)
+  run -137 --separate-stderr dsec-run exec "$id" -- sh -c 'kill -9 $$'
+  out_jq '.exit_code == 137 and .signal == 9 and .timed_out == false and .oom_killed == false'
+  run -143 --separate-stderr dsec-run exec "$id" -- sh -c 'kill -TERM $$'
+  out_jq '.exit_code == 143 and .signal == 15'
+}
+
+@test "exec of a missing command is 127, of a non-executable file 126" {
+  local id
+  id=$(sb_create)
+  run -127 --separate-stderr dsec-run exec "$id" -- no-such-command
+  out_jq '.exit_code == 127 and (.stderr | test("no-such-command"))'
+  run -127 --separate-stderr dsec-run exec "$id" -- /no/such/path
+  out_jq '.exit_code == 127'
+  run -126 --separate-stderr dsec-run exec "$id" -- /etc/passwd
+  out_jq '.exit_code == 126 and (.stderr | test("/etc/passwd"))'
+  run -126 --separate-stderr dsec-run exec "$id" -- /tmp
+  out_jq '.exit_code == 126'
+}
+
+@test "exec --timeout: 124, timed_out, and the command is really gone" {
+  local id
+  id=$(sb_create)
+  run -124 --separate-stderr timeout 20 dsec-run exec --timeout 1 "$id" -- sleep 30
+  out_jq '.exit_code == 124 and .timed_out == true and .duration_ms >= 900
+         and .duration_ms < 10000'
+  sb_wait_no_proc "$id" sleep 20
+  # a shell's children go with it
+  run -124 --separate-stderr timeout 20 dsec-run exec --timeout 0.5 "$id" -- \
+    sh -c 'sleep 31; echo never'
+  out_jq '.timed_out == true and .stdout == ""'
+  sb_wait_no_proc "$id" sleep 20
+  run -0 --separate-stderr dsec-run events "$id"
+  out_jq -s '[.[] | select(.type == "limit" and .limit == "timeout")] | length == 2'
+}
+
+@test "exec --max-output keeps that much and counts the rest" {
+  local id
+  id=$(sb_create)
+  run -0 --separate-stderr dsec-run exec --max-output 100 "$id" -- \
+    sh -c 'yes | head -c 100000'
+  out_jq '(.stdout | length) == 100 and .stdout_bytes == 100000
+         and .truncated == true and .exit_code == 0'
+  run -0 --separate-stderr dsec-run exec --max-output 100 "$id" -- \
+    sh -c 'yes | head -c 300 >&2; echo small'
+  out_jq '.stdout == "small\n" and (.stderr | length) == 100
+         and .stderr_bytes == 300 and .truncated == true'
+  run -0 --separate-stderr dsec-run exec --max-output 100 "$id" -- echo fits
+  out_jq '.truncated == false'
+}
+
+@test "exec --stdin FILE feeds the command" {
+  local id
+  id=$(sb_create)
+  printf 'line one\nline two\n' >"$BATS_TEST_TMPDIR/in.txt"
+  run -0 --separate-stderr dsec-run exec --stdin "$BATS_TEST_TMPDIR/in.txt" "$id" -- cat
+  out_jq '.stdout == "line one\nline two\n"'
+  # a bigger input than a pipe holds
+  head -c 300000 /dev/zero | tr '\0' x >"$BATS_TEST_TMPDIR/big.txt"
+  run -0 --separate-stderr dsec-run exec --stdin "$BATS_TEST_TMPDIR/big.txt" "$id" -- wc -c
+  out_jq '.stdout | test("^ *300000\n$")'
+  # without --stdin the command reads EOF
+  run -0 --separate-stderr timeout 20 dsec-run exec "$id" -- cat
+  out_jq '.stdout == ""'
+  run -3 --separate-stderr dsec-run exec --stdin "$BATS_TEST_TMPDIR/none" "$id" -- cat
+}
+
+@test "exec --env and --workdir" {
+  local id
+  id=$(sb_create --env FROM_SPEC=1 --workdir /work)
+  run -0 --separate-stderr dsec-run exec --env GREETING=hello "$id" -- sh -c 'echo "$GREETING $FROM_SPEC"; pwd'
+  out_jq '.stdout == "hello 1\n/work\n"'
+  run -0 --separate-stderr dsec-run exec --workdir /tmp --env FROM_SPEC=2 "$id" -- sh -c 'echo $FROM_SPEC; pwd'
+  out_jq '.stdout == "2\n/tmp\n"'
+  run -0 --separate-stderr dsec-run exec "$id" -- sh -c 'echo "[$GREETING]"'
+  out_jq '.stdout == "[]\n"'
+  run -0 --separate-stderr dsec-run exec "$id" -- sh -c 'echo $PATH'
+  out_jq '.stdout | test("/bin")'
+}
+
+@test "exec --seq N is echoed in the result and recorded" {
+  local id
+  id=$(sb_create)
+  run -0 --separate-stderr dsec-run exec --seq 1 "$id" -- true
+  out_jq '.seq == 1 and .replayed == false'
+  run -0 --separate-stderr dsec-run exec --seq 2 "$id" -- echo two
+  out_jq '.seq == 2 and .stdout == "two\n"'
+  run -0 --separate-stderr dsec-run events "$id"
+  out_jq -s '[.[] | select(.type == "exec") | .seq] == [1, 2]'
+  jq -e -s '[.[] | .seq] == [1, 2]' "$DSEC_ROOT/sandboxes/$id/trajectory.jsonl"
+}
+
+@test "exec --seq of a recorded request replays it; a different one is refused" {
+  local id
+  id=$(sb_create)
+  run -0 --separate-stderr dsec-run exec --seq 1 "$id" -- sh -c 'echo ran >> /root/count; wc -l < /root/count'
+  out_jq '.seq == 1 and .replayed == false and (.stdout | test("^ *1\n$"))'
+  local first=$output
+  run -0 --separate-stderr dsec-run exec --seq 1 "$id" -- sh -c 'echo ran >> /root/count; wc -l < /root/count'
+  out_jq --argjson f "$first" '.replayed == true and (del(.replayed) == ($f | del(.replayed)))'
+  run -5 --separate-stderr dsec-run exec --seq 2 "$id" -- sh -c 'exit 5'
+  run -5 --separate-stderr dsec-run exec --seq 2 "$id" -- sh -c 'exit 5'
+  out_jq '.replayed == true and .exit_code == 5'
+  # nothing ran twice
+  [ "$(cat "$DSEC_ROOT/sandboxes/$id/upper/root/count")" = ran ]
+  run --separate-stderr dsec-run exec --seq 1 "$id" -- echo different
+  [ "$status" -ne 0 ]
+  out_jq '.type == "error" and (.error | test("seq"))'
+  [ "$(cat "$DSEC_ROOT/sandboxes/$id/upper/root/count")" = ran ]
+}
+
+@test "a sandbox keeps its state across execs" {
+  local id
+  id=$(sb_create)
+  run -0 --separate-stderr dsec-run exec "$id" -- sh -c 'echo kept > /root/state; mkdir -p /work/d'
+  run -0 --separate-stderr dsec-run exec "$id" -- cat /root/state
+  out_jq '.stdout == "kept\n"'
+  run -0 --separate-stderr dsec-run exec "$id" -- test -d /work/d
+  # the host sees it in the sandbox's upper layer, not in the image
+  [ "$(cat "$DSEC_ROOT/sandboxes/$id/upper/root/state")" = kept ]
+}
+
+@test "a background process does not make exec wait for it" {
+  local id
+  id=$(sb_create)
+  run -0 --separate-stderr timeout 20 dsec-run exec "$id" -- sh -c 'sleep 100 & echo started'
+  out_jq '.exit_code == 0 and .stdout == "started\n" and .duration_ms < 10000'
+  run -0 --separate-stderr timeout 20 dsec-run exec "$id" -- sh -c 'sleep 101 >/dev/null 2>&1 </dev/null &'
+  out_jq '.exit_code == 0'
+  # they still run, and a next exec works
+  sb_wait_proc "$id" sleep 2
+}
+
+@test "exec --requests FILE: one result line per request, in order" {
+  local id
+  id=$(sb_create)
+  cat >"$BATS_TEST_TMPDIR/req.jsonl" <<'EOF'
+{"cmd": ["echo", "one"], "seq": 1}
+{"cmd": ["sh", "-c", "echo two >&2; exit 4"], "seq": 2}
+
+{"cmd": ["cat"], "stdin": "three\n", "seq": 3}
+EOF
+  run -0 --separate-stderr dsec-run exec "$id" --requests "$BATS_TEST_TMPDIR/req.jsonl"
+  [ "${#lines[@]}" -eq 3 ]
+  jq -e '.seq == 1 and .stdout == "one\n" and .exit_code == 0' <<<"${lines[0]}"
+  jq -e '.seq == 2 and .stderr == "two\n" and .exit_code == 4' <<<"${lines[1]}"
+  jq -e '.seq == 3 and .stdout == "three\n" and .exit_code == 0' <<<"${lines[2]}"
+  # the same from stdin
+  run -0 --separate-stderr dsec-run exec "$id" --requests - <"$BATS_TEST_TMPDIR/req.jsonl"
+  [ "${#lines[@]}" -eq 3 ]
+  out_jq -s '[.[].seq] == [1, 2, 3]'
+}
+
+@test "exec --requests: a malformed line is bad input (3) naming the line" {
+  local id
+  id=$(sb_create)
+  printf '%s\n' '{"cmd": ["echo", "one"]}' '{"cmd": ' '{"cmd": ["echo", "three"]}' \
+    >"$BATS_TEST_TMPDIR/bad.jsonl"
+  run -3 --separate-stderr dsec-run exec "$id" --requests "$BATS_TEST_TMPDIR/bad.jsonl"
+  stderr_has "line 2"
+  # what came before the bad line ran; nothing after it
+  [ "${#lines[@]}" -le 1 ]
+  run -0 --separate-stderr dsec-run events "$id"
+  out_jq -s 'all(.[]; .argv != ["echo", "three"])'
+  printf '%s\n' '{"cmd": ["true"]}' '[1, 2]' >"$BATS_TEST_TMPDIR/bad2.jsonl"
+  run -3 --separate-stderr dsec-run exec "$id" --requests "$BATS_TEST_TMPDIR/bad2.jsonl"
+  stderr_has "line 2"
+  run -3 --separate-stderr dsec-run exec "$id" --requests "$BATS_TEST_TMPDIR/none.jsonl"
+}
+
+@test "exec in a removed sandbox is bad input (3), it does not hang" {
+  local id
+  id=$(sb_create)
+  run -0 --separate-stderr dsec-run rm "$id"
+  run -3 --separate-stderr timeout 20 dsec-run exec "$id" -- true
+}
+
+# --- run ---------------------------------------------------------------------
+
+@test "run --rm prints the result and removes the sandbox" {
+  run -6 --separate-stderr dsec-run run --rm --image busybox:1 -- sh -c 'echo hi; exit 6'
+  one_line
+  out_jq '.type == "result" and .exit_code == 6 and .stdout == "hi\n"'
+  local id
+  id=$(jq -r .id <<<"$output")
+  echo "$id" >>"$SB_IDS"
+  sb_gone "$id"
+  run -0 --separate-stderr dsec-run ps --all
+  [ -z "$output" ]
+  [ -z "$(sb_pids)" ]
+}
+
+@test "run --attach prints the raw output and passes the status" {
+  run -5 --separate-stderr dsec-run run --rm --attach --image busybox:1 -- \
+    sh -c 'echo raw out; echo raw err >&2; exit 5'
+  [ "$output" = "raw out" ]
+  [ "$stderr" = "raw err" ]
+  run -0 --separate-stderr dsec-run run --rm --attach --image busybox:1 -- echo '{"not": "json"}'
+  [ "$output" = '{"not": "json"}' ]
+  run -0 --separate-stderr dsec-run ps --all
+  [ -z "$output" ]
+}
+
+@test "run --result FILE writes the JSON result; without --rm the sandbox stays" {
+  run -0 --separate-stderr dsec-run run --result "$BATS_TEST_TMPDIR/res.json" \
+    --image busybox:1 --env X=1 -- sh -c 'echo $X'
+  sb_track
+  out_jq '.stdout == "1\n"'
+  [ "$(jq -c . "$BATS_TEST_TMPDIR/res.json")" = "$(jq -c . <<<"$output")" ]
+  local id
+  id=$(jq -r .id <<<"$output")
+  [ "$(sb_state "$id")" = running ]
+  # with --attach the file still has JSON
+  run -0 --separate-stderr dsec-run run --rm --attach --result "$BATS_TEST_TMPDIR/res2.json" \
+    --image busybox:1 -- echo attached
+  [ "$output" = attached ]
+  jq -e '.stdout == "attached\n" and .exit_code == 0' "$BATS_TEST_TMPDIR/res2.json"
+}
+
+@test "run --timeout: 124 and the sandbox removed with --rm" {
+  run -124 --separate-stderr timeout 20 dsec-run run --rm --timeout 0.5 --image busybox:1 -- sleep 30
+  out_jq '.timed_out == true'
+  jq -r .id <<<"$output" >>"$SB_IDS"
+  sb_gone "$(jq -r .id <<<"$output")"
+}
+
+# --- the fncall backend -------------------------------------------------------
+
+@test "fncall: each call gets an empty /tmp" {
+  local id
+  id=$(sb_create --backend fncall)
+  run -0 --separate-stderr dsec-run exec "$id" -- sh -c 'echo x > /tmp/call1; ls /tmp'
+  out_jq '.stdout == "call1\n"'
+  run -0 --separate-stderr dsec-run exec "$id" -- ls -A /tmp
+  out_jq '.stdout == ""'
+  run -1 --separate-stderr dsec-run exec "$id" -- cat /tmp/call1
+}
+
+@test "fncall: the root is read-only" {
+  local id
+  id=$(sb_create --backend fncall)
+  run -1 --separate-stderr dsec-run exec "$id" -- touch /written
+  out_jq '.stderr | test("Read-only")'
+  run -1 --separate-stderr dsec-run exec "$id" -- sh -c 'echo x > /etc/passwd'
+  run -1 --separate-stderr dsec-run exec "$id" -- ls /written
+}
+
+@test "fncall: a background process of one call is gone in the next" {
+  local id
+  id=$(sb_create --backend fncall)
+  # (until the child has exec'd, ps calls it sh)
+  run -0 --separate-stderr timeout 20 dsec-run exec "$id" -- sh -c \
+    'sleep 100 & until ps -o comm | grep -qx sleep; do sleep 0.05; done; ps -o comm'
+  out_jq '.stdout | split("\n") | index("sleep") != null'
+  run -0 --separate-stderr dsec-run exec "$id" -- ps -o comm
+  out_jq '.stdout | split("\n") | index("sleep") == null'
+}
+
+@test "fncall: PID 1 of the call is the command" {
+  local id
+  id=$(sb_create --backend fncall)
+  run -0 --separate-stderr dsec-run exec "$id" -- sh -c 'echo $$; ps -o pid,comm'
+  out_jq '.stdout | startswith("1\n")'
+  # the sandbox's init is not visible from the call
+  out_jq '.stdout | test("dsec-init") | not'
+  run -0 --separate-stderr dsec-run inspect "$id"
+  out_jq '.backend == "fncall" and .spec.backend == "fncall"'
+}
+
+# --- kill ----------------------------------------------------------------------
+
+@test "kill ID kills (SIGKILL) a background process of an earlier exec" {
+  local id
+  id=$(sb_create)
+  run -0 --separate-stderr timeout 20 dsec-run exec "$id" -- sh -c 'sleep 100 >/dev/null 2>&1 &'
+  sb_wait_proc "$id" sleep
+  run -0 --separate-stderr dsec-run kill "$id"
+  one_line
+  out_jq --arg id "$id" '.type == "killed" and .id == $id and .signal == 9'
+  sb_wait_no_proc "$id" sleep
+  # the sandbox itself lives on
+  [ "$(sb_state "$id")" = running ]
+  run -0 --separate-stderr dsec-run exec "$id" -- true
+}
+
+@test "kill ID TERM sends SIGTERM" {
+  local id
+  id=$(sb_create)
+  # a process that records the signal it got, and says when it listens
+  cat >"$BATS_TEST_TMPDIR/trap.sh" <<'EOF'
+trap 'echo got-term > /root/sig; exit 0' TERM
+touch /root/ready
+while :; do sleep 0.1; done
+EOF
+  run -0 --separate-stderr timeout 20 dsec-run exec --stdin "$BATS_TEST_TMPDIR/trap.sh" "$id" -- \
+    sh -c 'cat > /root/trap.sh; sh /root/trap.sh >/dev/null 2>&1 &'
+  local i
+  for i in $(seq 100); do
+    [ -f "$DSEC_ROOT/sandboxes/$id/upper/root/ready" ] && break
+    sleep 0.1
+  done
+  [ -f "$DSEC_ROOT/sandboxes/$id/upper/root/ready" ]
+  run -0 --separate-stderr dsec-run kill "$id" TERM
+  out_jq '.signal == 15'
+  for i in $(seq 50); do
+    [ -f "$DSEC_ROOT/sandboxes/$id/upper/root/sig" ] && break
+    sleep 0.1
+  done
+  run -0 --separate-stderr dsec-run exec "$id" -- cat /root/sig
+  out_jq '.stdout == "got-term\n"'
+  run -0 --separate-stderr dsec-run kill "$id" SIGKILL
+  out_jq '.signal == 9'
+  run -0 --separate-stderr dsec-run kill "$id" 15
+  out_jq '.signal == 15'
+  run -2 --separate-stderr dsec-run kill "$id" NOSUCHSIG
+  stderr_has "NOSUCHSIG"
+}
+
+# --- events ------------------------------------------------------------------------
+
+@test "events shows the created and exec records" {
+  local id
+  id=$(sb_create)
+  run -2 --separate-stderr dsec-run exec --seq 1 "$id" -- sh -c 'exit 2'
+  run -0 --separate-stderr dsec-run events "$id"
+  for l in "${lines[@]}"; do
+    jq -e --arg id "$id" '.sandbox == $id and (.type | type == "string")
+      and (.time | test("^[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9:.]+(Z|[+-][0-9:]+)$"))' <<<"$l"
+  done
+  jq -e '.type == "created"' <<<"${lines[0]}"
+  out_jq -s 'any(.[]; .type == "exec" and .seq == 1 and .exit_code == 2
+                     and .argv == ["sh", "-c", "exit 2"])'
+}
+
+@test "events --follow ends when the sandbox is removed" {
+  local id
+  id=$(sb_create)
+  bg timeout 20 dsec-run events --follow "$id" >"$BATS_TEST_TMPDIR/ev.out" 2>&1
+  local follower=$BG i
+  for i in $(seq 100); do
+    grep -q '"created"' "$BATS_TEST_TMPDIR/ev.out" && break
+    sleep 0.1
+  done
+  run -0 --separate-stderr dsec-run exec "$id" -- echo followed
+  sleep 0.3
+  run -0 --separate-stderr dsec-run rm "$id"
+  local rc=0
+  wait "$follower" || rc=$?
+  [ "$rc" -eq 0 ] # 124 would be timeout's: it did not end
+  jq -e -s '.[0].type == "created" and any(.[]; .type == "exec" and .argv == ["echo", "followed"])' \
+    "$BATS_TEST_TMPDIR/ev.out"
+}
+
+# --- limits ----------------------------------------------------------------------------
+
+@test "--memory: a memory hog is OOM-killed, the sandbox survives" {
+  local id
+  id=$(sb_create --memory 32)
+  local mem
+  mem=$(cg_file "$id" memory "")
+  if [ -f "${mem}memory.max" ]; then
+    [ "$(cat "${mem}memory.max")" = $((32 << 20)) ]
+  else
+    [ "$(cat "${mem}memory.limit_in_bytes")" = $((32 << 20)) ]
+  fi
+  run -137 --separate-stderr timeout 60 dsec-run exec "$id" -- \
+    sh -c 'x=$(head -c 200000000 /dev/zero | tr "\0" a); echo ${#x}'
+  out_jq '.exit_code == 137 and .signal == 9 and .oom_killed == true and .stdout == ""'
+  run -0 --separate-stderr dsec-run events "$id"
+  out_jq -s 'any(.[]; .type == "limit" and .limit == "memory")'
+  [ "$(sb_state "$id")" = running ]
+  run -0 --separate-stderr dsec-run exec "$id" -- echo alive
+  out_jq '.stdout == "alive\n" and .oom_killed == false'
+}
+
+@test "--pids: a fork loop fails to fork, the sandbox stays usable" {
+  local id
+  id=$(sb_create --pids 20)
+  [ "$(cat "$(cg_file "$id" pids pids.max)")" = 20 ]
+  run --separate-stderr timeout 60 dsec-run exec "$id" -- \
+    sh -c 'for i in $(seq 100); do sleep 10 & done; echo done'
+  [ "$status" -ne 0 ] || out_jq '.stderr != ""'
+  out_jq '.stderr | test("fork|Resource temporarily unavailable|Try again")'
+  out_jq '.timed_out == false'
+  local n
+  n=$(cat "$(cg_file "$id" pids pids.current)" 2>/dev/null || echo 0)
+  [ "$n" -le 20 ]
+  # still usable: the shell's exit left room for one more command ...
+  run -0 --separate-stderr dsec-run exec "$id" -- echo usable
+  out_jq '.stdout == "usable\n"'
+  # ... and after kill, room for pipelines again
+  run -0 --separate-stderr dsec-run kill "$id"
+  sb_wait_no_proc "$id" sleep
+  run -0 --separate-stderr dsec-run exec "$id" -- sh -c 'seq 3 | wc -l'
+  out_jq '.stdout | test("^ *3\n$")'
+}
+
+@test "--cpus 0.5 is the cgroup's CPU quota" {
+  local id
+  id=$(sb_create --cpus 0.5)
+  local f
+  f=$(cg_file "$id" cpu "")
+  if [ -f "${f}cpu.max" ]; then
+    [ "$(cat "${f}cpu.max")" = "50000 100000" ]
+  else
+    [ "$(cat "${f}cpu.cfs_quota_us")" = 50000 ]
+    [ "$(cat "${f}cpu.cfs_period_us")" = 100000 ]
+  fi
+  run -0 --separate-stderr dsec-run inspect "$id"
+  out_jq '.limits.cpus == 0.5'
+  # without --cpus there is no quota
+  id=$(sb_create)
+  f=$(cg_file "$id" cpu "")
+  if [ -f "${f}cpu.max" ]; then
+    [[ "$(cat "${f}cpu.max")" == max* ]]
+  else
+    [ "$(cat "${f}cpu.cfs_quota_us")" = -1 ]
+  fi
+}
+
+# --- robustness ------------------------------------------------------------------------
+
+@test "kill -9 of the supervisor: ps --all says died, rm cleans everything" {
+  local id sup init
+  id=$(sb_create)
+  sup=$(dsec-run inspect "$id" | jq -r .supervisor_pid)
+  init=$(dsec-run inspect "$id" | jq -r .init_pid)
+  kill -9 "$sup"
+  sb_wait_state "$id" died
+  run -0 --separate-stderr dsec-run ps
+  [ -z "$output" ]
+  run -0 --separate-stderr dsec-run ps --all
+  out_jq --arg id "$id" '.id == $id and .state == "died" and .state != "running"'
+  run -125 --separate-stderr timeout 20 dsec-run exec "$id" -- true
+  stderr_has "died"
+  run -0 --separate-stderr dsec-run rm "$id"
+  out_jq --arg id "$id" '.type == "removed" and .id == $id'
+  sb_gone "$id"
+  sb_dead "$init"
+  [ -z "$(sb_pids)" ]
+}
+
+@test "kill -9 of the sandbox's init: died soon after, rm cleans everything" {
+  local id sup init
+  id=$(sb_create)
+  sup=$(dsec-run inspect "$id" | jq -r .supervisor_pid)
+  init=$(dsec-run inspect "$id" | jq -r .init_pid)
+  kill -9 "$init"
+  sb_wait_state "$id" died 100
+  run -0 --separate-stderr dsec-run ps --all
+  out_jq --arg id "$id" '.id == $id and .state == "died" and (.cause | test("init"))'
+  run -125 --separate-stderr timeout 20 dsec-run exec "$id" -- true
+  run -0 --separate-stderr dsec-run events "$id"
+  out_jq -s 'any(.[]; .type == "died")'
+  run -0 --separate-stderr dsec-run rm "$id"
+  sb_gone "$id"
+  sb_dead "$sup"
+  [ -z "$(sb_pids)" ]
+}
+
+@test "kill -9 of dsec-run create at any moment: ps --all tells the truth, rm --force cleans" {
+  local d p
+  for d in 0 0.001 0.002 0.003 0.005 0.007 0.01 0.012 0.015 0.02 0.025 0.03 \
+    0.04 0.05 0.06 0.08 0.1 0.15 0.2 0.3; do
+    dsec-run create --image busybox:1 >/dev/null 2>&1 3>&- &
+    p=$!
+    sleep "$d"
+    kill -9 "$p" 2>/dev/null || true
+    wait "$p" 2>/dev/null || true
+  done
+  sb_track
+  # a supervisor whose create was killed carries on: wait for it to settle
+  local i
+  for i in $(seq 100); do
+    dsec-run ps --all | jq -e 'select(.state == "creating")' >/dev/null || break
+    sleep 0.1
+  done
+  run -0 --separate-stderr dsec-run ps --all
+  local listed on_disk
+  listed=$(jq -r .id <<<"$output" | sort)
+  on_disk=$(ls "$DSEC_ROOT/sandboxes" | grep '^sb-' | sort || true)
+  # every sandbox on disk must be listed (checked last, after rm --force)
+  local invisible
+  invisible=$(comm -13 <(echo "$listed") <(echo "$on_disk"))
+  local rec id state sup
+  while read -r rec; do
+    [ -n "$rec" ] || continue
+    id=$(jq -r .id <<<"$rec")
+    state=$(jq -r .state <<<"$rec")
+    sup=$(jq -r '.supervisor_pid // 0' <<<"$rec")
+    case $state in
+      running)
+        sb_alive "$sup"
+        dsec-run exec "$id" -- true >/dev/null
+        ;;
+      died)
+        [ "$sup" -eq 0 ] || sb_dead "$sup"
+        ;;
+      *)
+        echo "$id is $state" >&2
+        false
+        ;;
+    esac
+  done <<<"$output"
+  # shellcheck disable=SC2086
+  [ -z "$on_disk" ] || run --separate-stderr dsec-run rm --force $on_disk
+  local rm_status=$status rm_stderr=$stderr
+  sb_assert_clean
+  [ -z "$invisible" ] || {
+    echo "on disk but not in ps --all: $invisible" >&2
+    false
+  }
+  [ "$rm_status" -eq 0 ] || { echo "rm --force: $rm_stderr" >&2; false; }
+  [ -z "$(ls -A "$DSEC_ROOT/sandboxes")" ]
+}
+
+@test "kill -9 of dsec-run create while it writes the sandbox's files leaves nothing visible" {
+  command -v strace >/dev/null || skip "needs strace"
+  local w
+  # renameat puts the spec, environment and state files in place under a
+  # temporary directory name, then rename the directory itself: kill
+  # create at each of them (strace counts each syscall on its own)
+  for w in 1 2 3; do
+    run -137 strace -o /dev/null -e trace=renameat,renameat2 \
+      -e inject=renameat,renameat2:signal=KILL:when=$w \
+      dsec-run create --image busybox:1
+  done
+  run -137 strace -o /dev/null -e trace=rename -e inject=rename:signal=KILL:when=1 \
+    dsec-run create --image busybox:1
+  sb_track
+  # a half-made sandbox never shows under its id
+  [ "$(ls "$DSEC_ROOT/sandboxes" | grep -c '^sb-')" -eq 0 ]
+  run -0 --separate-stderr dsec-run ps --all
+  [ -z "$output" ]
+  # the supervisors that waited for "go" left without making anything
+  sb_assert_clean
+  # what is left are temporary directories (dsec-reap removes them)
+  [ "$(ls -A "$DSEC_ROOT/sandboxes" | grep -vc '^\.tmp-sb-')" -eq 0 ]
+}
+
+@test "rm --force while the supervisor is still setting up leaves no cgroup" {
+  command -v strace >/dev/null || skip "needs strace"
+  # materialise the image's layer first: the slow part is then only the
+  # supervisor, held for 3 s at its first clone (stage1), which comes
+  # after it made the cgroups
+  run -0 --separate-stderr dsec-run run --rm --image busybox:1 -- true
+  bg strace -f -o /dev/null -e trace=clone \
+    -e inject=clone:delay_enter=3000000:when=1 \
+    dsec-run create --image busybox:1 >/dev/null 2>&1
+  local id="" i
+  for i in $(seq 300); do
+    id=$(ls "$DSEC_ROOT/sandboxes" 2>/dev/null | head -1)
+    [ -n "$id" ] && [ -n "$(ls -d /sys/fs/cgroup/*/dsec/"$id" 2>/dev/null)" ] && break
+    sleep 0.05
+  done
+  echo "$id" >>"$SB_IDS"
+  [ -n "$(sb_cgroups)" ] # the supervisor is in its setup
+  run -0 --separate-stderr dsec-run ps --all
+  out_jq --arg id "$id" '.id == $id and .state == "creating"'
+  run -0 --separate-stderr dsec-run rm --force "$id"
+  for i in $(seq 20); do
+    [ -z "$(sb_cgroups)" ] && break
+    sleep 0.1
+  done
+  sb_gone "$id"
+  [ -z "$(sb_pids)" ]
+}
+
+# --- scale --------------------------------------------------------------------------
+
+# create_many N DIR: N concurrent creates; DIR/i.out, DIR/i.err, DIR/i.rc
+create_many() {
+  local n=$1 dir=$2 i
+  local -a pids=()
+  mkdir -p "$dir"
+  for ((i = 1; i <= n; i++)); do
+    dsec-run create --image busybox:1 >"$dir/$i.out" 2>"$dir/$i.err" 3>&- &
+    pids[i]=$!
+  done
+  for ((i = 1; i <= n; i++)); do
+    local rc=0
+    wait "${pids[i]}" || rc=$?
+    echo "$rc" >"$dir/$i.rc"
+  done
+}
+
+@test "64 concurrent creates all succeed with distinct ids" {
+  local dir=$BATS_TEST_TMPDIR/c i
+  create_many 64 "$dir"
+  sb_track
+  for i in $(seq 64); do
+    [ "$(cat "$dir/$i.rc")" -eq 0 ] || { cat "$dir/$i.err" >&2; false; }
+    jq -e '.state == "running"' "$dir/$i.out" >/dev/null
+  done
+  [ "$(cat "$dir"/*.out | jq -r .id | sort -u | wc -l)" -eq 64 ]
+  run -0 --separate-stderr dsec-run ps
+  [ "${#lines[@]}" -eq 64 ]
+  # shellcheck disable=SC2046
+  run -0 --separate-stderr dsec-run rm $(cat "$dir"/*.out | jq -r .id)
+  [ "${#lines[@]}" -eq 64 ]
+  [ -z "$(ls -A "$DSEC_ROOT/sandboxes")" ]
+  sb_assert_clean
+}
+
+@test "200 sandboxes alive at once all exec, then all are removed" {
+  local dir=$BATS_TEST_TMPDIR/c b i
+  for b in $(seq 0 12); do
+    local n=16
+    [ $((b * 16 + n)) -le 200 ] || n=$((200 - b * 16))
+    create_many "$n" "$dir/$b"
+  done
+  sb_track
+  local bad
+  bad=$(cat "$dir"/*/*.rc | grep -cvx 0 || true)
+  [ "$bad" -eq 0 ] || { cat "$dir"/*/*.err | sort | uniq -c >&2; false; }
+  local ids
+  ids=$(cat "$dir"/*/*.out | jq -r .id)
+  [ "$(sort -u <<<"$ids" | wc -l)" -eq 200 ]
+  run -0 --separate-stderr dsec-run ps
+  [ "${#lines[@]}" -eq 200 ]
+  out_jq -s 'all(.[]; .state == "running")'
+  # every one of them runs a command, 16 at a time
+  local -a pids=()
+  local id k=0 failed=0
+  for id in $ids; do
+    dsec-run exec "$id" -- true >"$dir/$id.res" 2>&1 3>&- &
+    pids+=($!)
+    if [ $((++k % 16)) -eq 0 ]; then
+      for p in "${pids[@]}"; do wait "$p" || failed=$((failed + 1)); done
+      pids=()
+    fi
+  done
+  for p in "${pids[@]}"; do wait "$p" || failed=$((failed + 1)); done
+  [ "$failed" -eq 0 ]
+  for id in $ids; do
+    jq -e '.exit_code == 0' "$dir/$id.res" >/dev/null
+  done
+  # shellcheck disable=SC2086
+  run -0 --separate-stderr dsec-run rm $ids
+  [ "${#lines[@]}" -eq 200 ]
+  run -0 --separate-stderr dsec-run ps --all
+  [ -z "$output" ]
+  [ -z "$(ls -A "$DSEC_ROOT/sandboxes")" ]
+  sb_assert_clean
+}
