@@ -880,6 +880,9 @@ struct sup {
   json_int_t ttl_s, idle_s;
   bool fncall;
   bool rootless;        /* not root: a user namespace of our own, no idmaps */
+  bool suspended;       /* frozen: execs wait for resume */
+  uid_t base;           /* the sandbox root's host id (0 rootless) */
+  json_t *last_seq;     /* the last seq recorded, for checkpoints */
   char *upperfs;        /* the disk-limited file system, or NULL */
   struct listener **listeners;
   size_t nlisteners;
@@ -1122,9 +1125,12 @@ static void job_finish(struct sup *s, struct job *j)
       json_object_set_new(res, "error",
                           json_string("cannot record the result in the "
                                       "trajectory"));
-    } else if (j->seq)
+    } else if (j->seq) {
       traj_note(s, json_integer_value(j->seq), off,
                 (size_t) (lseek(s->traj_fd, 0, SEEK_END) - off));
+      json_decref(s->last_seq);
+      s->last_seq = json_incref(j->seq);
+    }
   }
   json_decref(rec);
   sup_event(s, json_pack("{s:s, s:O, s:O, s:O, s:i, s:b, s:b}", "type", "exec",
@@ -1529,6 +1535,142 @@ fail:
 
 static void sup_teardown(struct sup *s, const char *state, const char *cause);
 
+/* ---- checkpoint, suspend, resume */
+
+static json_t *op_error(struct dsec_error *e)
+{
+  json_t *r = json_pack("{s:s, s:s, s:i}", "type", "error", "error",
+                        e ? e->msg : "failed", "exit_code",
+                        e ? e->status : DSEC_EXIT_FAILURE);
+  dsec_error_free(e);
+  return r;
+}
+
+/* Freezes (or thaws) every process of the sandbox; false when there is
+ * no freezer here (rootless without a delegated cgroup). */
+static bool sup_freeze(struct sup *s, bool frozen)
+{
+  _cleanup_error_ struct dsec_error *e = NULL;
+  if (!s->cg || !s->cg->path[DSEC_CG_FREEZER])
+    return false;
+  if (dsec_cgroup_freeze(s->cg, frozen, &e) < 0) {
+    dsec_warn("%s", e->msg);
+    return false;
+  }
+  return true;
+}
+
+/* The writable layer as a layer in the store, taken with the sandbox
+ * frozen (so it is consistent), through dsec-layer (which has the archive
+ * code).  The trajectory records the seq it follows. */
+static json_t *sup_checkpoint(struct sup *s, const char *name)
+{
+  struct dsec_error *err = NULL;
+  _cleanup_free_ char *upper = s->upperfs ? xasprintf("%s/upper", s->upperfs)
+                                          : xasprintf("%s/upper", s->dir);
+  _cleanup_free_ char *prog = dsec_sibling_program("dsec-layer");
+  _cleanup_free_ char *shift = xasprintf("%u", (unsigned) s->base);
+  _cleanup_free_ char *out = NULL;
+  _cleanup_json_ json_t *layer = NULL;
+  bool frozen = s->suspended || sup_freeze(s, true);
+  char *argv[] = { prog, "create", "--dir", upper, "--overlay-upper",
+                   "--id-shift", shift, "--keep-setuid", NULL, NULL, NULL };
+  json_t *rec, *r;
+  int ret;
+
+  if (name) {
+    argv[8] = "--name";
+    argv[9] = (char *) name;
+  }
+  if (s->fncall) {
+    if (frozen && !s->suspended)
+      sup_freeze(s, false);
+    dsec_bad_input(&err, "an fncall sandbox has no state to checkpoint");
+    return op_error(err);
+  }
+  ret = dsec_run_program(argv, NULL, &out, &err);
+  if (frozen && !s->suspended)
+    sup_freeze(s, false);
+  if (ret < 0)
+    return op_error(err);
+  layer = json_loads(out, 0, NULL);
+  if (!json_is_object(layer)) {
+    dsec_fail(&err, 0, "dsec-layer answered no layer record");
+    return op_error(err);
+  }
+  rec = json_pack("{s:s, s:O, s:O, s:b}", "type", "checkpoint", "after_seq",
+                  s->last_seq ? s->last_seq : json_null(), "layer",
+                  json_object_get(layer, "digest"), "consistent", frozen);
+  {
+    _cleanup_error_ struct dsec_error *e = NULL;
+    if (dsec_json_write_line(s->traj_fd, rec, &e) < 0 ||
+        fdatasync(s->traj_fd) < 0) {
+      json_decref(rec);
+      dsec_fail(&err, errno, "cannot record the checkpoint in the trajectory");
+      return op_error(err);
+    }
+  }
+  json_decref(rec);
+  sup_event(s, json_pack("{s:s, s:O, s:O}", "type", "checkpoint", "layer",
+                         json_object_get(layer, "digest"), "after_seq",
+                         s->last_seq ? s->last_seq : json_null()));
+  r = json_pack("{s:s, s:s, s:O, s:O, s:b}", "type", "checkpoint", "id", s->id,
+                "layer", layer, "after_seq",
+                s->last_seq ? s->last_seq : json_null(), "consistent", frozen);
+  json_object_set_new(s->state, "checkpoint", json_copy(json_object_get(layer,
+                                                                        "digest")));
+  sup_write_state(s);
+  return r;
+}
+
+static json_t *sup_suspend(struct sup *s, bool release, struct client *cl)
+{
+  struct dsec_error *err = NULL;
+  (void) cl;
+  if (release) {
+    /* everything goes but the spec, the trajectory and a checkpoint */
+    json_t *cp = sup_checkpoint(s, NULL);
+    const char *type = json_string_value(json_object_get(cp, "type"));
+    if (!type || strcmp(type, "checkpoint") != 0)
+      return cp;
+    json_object_set_new(s->state, "released", json_true());
+    s->end_state = "suspended";
+    json_object_set_new(cp, "type", json_string("suspended"));
+    json_object_set_new(cp, "released", json_true());
+    sup_event(s, json_pack("{s:s, s:b}", "type", "suspended", "released",
+                           true));
+    return cp;
+  }
+  if (s->njobs > 0 && !s->cg) {
+    dsec_fail(&err, EBUSY, "cannot freeze here (no freezer cgroup)");
+    return op_error(err);
+  }
+  if (!s->suspended && !sup_freeze(s, true)) {
+    dsec_fail(&err, ENOTSUP, "no freezer cgroup here: use --release");
+    return op_error(err);
+  }
+  s->suspended = true;
+  json_object_set_new(s->state, "state", json_string("suspended"));
+  sup_write_state(s);
+  sup_event(s, json_pack("{s:s, s:b}", "type", "suspended", "released", false));
+  return json_pack("{s:s, s:s, s:b}", "type", "suspended", "id", s->id,
+                   "released", false);
+}
+
+static json_t *sup_resume(struct sup *s)
+{
+  if (s->suspended) {
+    sup_freeze(s, false);
+    s->suspended = false;
+    s->last_activity_ms = now_ms();
+    json_object_set_new(s->state, "state", json_string("running"));
+    sup_write_state(s);
+    sup_event(s, json_pack("{s:s, s:s}", "type", "resumed", "from", "freezer"));
+  }
+  return json_pack("{s:s, s:s, s:s}", "type", "resumed", "id", s->id, "state",
+                   "running");
+}
+
 /* Handles the complete lines a client sent, one at a time: the next waits
  * until the current exec is answered, so results come back in order. */
 static void client_next(struct sup *s, struct client *cl)
@@ -1560,7 +1702,10 @@ static void client_next(struct sup *s, struct client *cl)
       continue;
     }
     op = json_string_value(json_object_get(req, "op"));
-    if (!op || strcmp(op, "exec") == 0) {
+    if ((!op || strcmp(op, "exec") == 0) && s->suspended) {
+      reply_error(cl, "the sandbox is suspended (resume it first)",
+                  DSEC_EXIT_INTERNAL);
+    } else if (!op || strcmp(op, "exec") == 0) {
       job_start(s, cl, req);
     } else if (strcmp(op, "kill") == 0) {
       json_int_t sig = json_integer_value(json_object_get(req, "signal"));
@@ -1580,6 +1725,23 @@ static void client_next(struct sup *s, struct client *cl)
       json_object_set_new(st, "execs_running", json_integer((json_int_t) s->njobs));
       client_write(cl, st);
       json_decref(st);
+    } else if (strcmp(op, "checkpoint") == 0) {
+      json_t *r = sup_checkpoint(s, json_string_value(json_object_get(req, "name")));
+      client_write(cl, r);
+      json_decref(r);
+    } else if (strcmp(op, "suspend") == 0) {
+      json_t *r = sup_suspend(s, json_is_true(json_object_get(req, "release")),
+                              cl);
+      client_write(cl, r);
+      json_decref(r);
+      if (s->end_state) {
+        json_decref(req);
+        sup_teardown(s, "suspended", "released");
+      }
+    } else if (strcmp(op, "resume") == 0) {
+      json_t *r = sup_resume(s);
+      client_write(cl, r);
+      json_decref(r);
     } else if (strcmp(op, "shutdown") == 0) {
       json_t *m = json_pack("{s:s, s:s}", "type", "stopping", "id", s->id);
       client_write(cl, m);
@@ -1793,6 +1955,10 @@ static void sup_teardown(struct sup *s, const char *state, const char *cause)
   _cleanup_free_ char *now = dsec_time_rfc3339();
   _cleanup_error_ struct dsec_error *e = NULL;
 
+  /* a frozen process does not die of SIGKILL until thawed */
+  if (s->suspended)
+    sup_freeze(s, false);
+
   /* init is PID 1 of the sandbox: when it dies the kernel kills the rest */
   if (s->init_pid > 0) {
     kill(s->init_pid, SIGKILL);
@@ -1815,7 +1981,7 @@ static void sup_teardown(struct sup *s, const char *state, const char *cause)
   if (cause)
     json_object_set_new(s->state, "cause", json_string(cause));
   sup_write_state(s);
-  if (strcmp(state, "stopped") != 0)
+  if (strcmp(state, "died") == 0 || strcmp(state, "expired") == 0)
     sup_event(s, json_pack("{s:s, s:s}", "type", state, "cause",
                            cause ? cause : state));
   if (s->run_fd >= 0)
@@ -1889,7 +2055,7 @@ static void sup_timers(struct sup *s)
   }
   if (s->ttl_s > 0 && now >= s->start_ms + (double) s->ttl_s * 1000)
     sup_teardown(s, "expired", "ttl");
-  if (s->idle_s > 0 && s->njobs == 0 &&
+  if (s->idle_s > 0 && s->njobs == 0 && !s->suspended &&
       now >= s->last_activity_ms + (double) s->idle_s * 1000)
     sup_teardown(s, "expired", "idle");
 }
@@ -2463,6 +2629,7 @@ _Noreturn void dsec_supervisor_main(struct dsec_container_opts *o)
     count = 1;
   } else
     dsec_idmap_range(&base, &count);
+  s->base = base;
   if (!s->rootless) {
     char map[64], path[64];
     snprintf(map, sizeof map, "0 %u %u\n", base, count);

@@ -165,8 +165,9 @@ int dsec_layer_create(struct dsec_store *s,
     /* with --scrub-git, every .git (nested repositories and submodules
      * too) is left out and the top one replaced by its scrubbed copy */
     struct dsec_tar_source src[2] = {
-      { o->dir, "", NULL, o->scrub_git ? ".git" : NULL },
-      { NULL, ".git", NULL, NULL },
+      { o->dir, "", NULL, o->scrub_git ? ".git" : NULL, o->overlay_upper,
+        o->id_shift },
+      { NULL, ".git", NULL, NULL, false, 0 },
     };
     size_t nsrc = 1;
     struct stat st;

@@ -12,6 +12,8 @@ struct dsec_layer_create_opts {
   const char *tar;   /* ... or a tarball ("-" for stdin) */
   const char *name;  /* NAME@VERSION or NULL */
   bool scrub_git;    /* with dir: keep only the current commit of .git */
+  bool overlay_upper; /* with dir: an overlayfs upper (a sandbox's changes) */
+  unsigned id_shift;  /* with dir: subtracted from owners and groups */
   struct dsec_tar_policy policy;
 };
 

@@ -131,3 +131,24 @@ int dsec_run_program(char *const argv[], const char *cwd, char **out,
   }
   return 0;
 }
+
+char *dsec_sibling_program(const char *name)
+{
+  char self[4096];
+  ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
+  char *prog;
+
+  if (n > 0) {
+    char *slash;
+    self[n] = '\0';
+    slash = strrchr(self, '/');
+    if (slash) {
+      *slash = '\0';
+      prog = xasprintf("%s/%s", self, name);
+      if (access(prog, X_OK) == 0)
+        return prog;
+      free(prog);
+    }
+  }
+  return xstrdup(name);
+}

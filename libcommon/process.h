@@ -12,4 +12,8 @@
 int dsec_run_program(char *const argv[], const char *cwd, char **out,
                      struct dsec_error **err);
 
+/* The path of another dsec program: next to ours (/proc/self/exe), else
+ * its bare name for a PATH search.  New string. */
+char *dsec_sibling_program(const char *name);
+
 #endif

@@ -58,12 +58,15 @@ enum {
   OPT_ALL,
   OPT_FORCE,
   OPT_FOLLOW,
+  OPT_RELEASE,
+  OPT_COUNT,
 };
 
 static const struct option long_options[] = {
   { "all", no_argument, NULL, OPT_ALL },
   { "attach", no_argument, NULL, OPT_ATTACH },
   { "backend", required_argument, NULL, OPT_BACKEND },
+  { "count", required_argument, NULL, OPT_COUNT },
   { "cpus", required_argument, NULL, OPT_CPUS },
   { "disk", required_argument, NULL, OPT_DISK },
   { "env", required_argument, NULL, OPT_ENV },
@@ -79,6 +82,7 @@ static const struct option long_options[] = {
   { "mount", required_argument, NULL, OPT_MOUNT },
   { "name", required_argument, NULL, OPT_NAME },
   { "pids", required_argument, NULL, OPT_PIDS },
+  { "release", no_argument, NULL, OPT_RELEASE },
   { "protect", required_argument, NULL, OPT_PROTECT },
   { "requests", required_argument, NULL, OPT_REQUESTS },
   { "result", required_argument, NULL, OPT_RESULT },
@@ -114,6 +118,11 @@ static void help(void)
          "  events [--follow] ID                 the sandbox's audit events\n"
          "  trajectory [--follow] ID             every exec and its result\n"
          "  rm [--force] ID...                   stop and remove sandboxes\n"
+         "  checkpoint [--name NAME@VERSION] ID  its writable layer as a layer\n"
+         "  suspend [--release] ID               freeze it (--release: checkpoint\n"
+         "                                       and free everything)\n"
+         "  resume ID                            thaw, or boot from the checkpoint\n"
+         "  fork [--count N] ID                  N new sandboxes from its state\n"
          "  kill ID [SIGNAL]                     signal every process in it\n"
          "\n"
          "Create options (a flag overrides the same field of --spec):\n"
@@ -129,7 +138,8 @@ static void help(void)
          "      --layer=REF        a layer on top of the image (repeatable)\n"
          "      --memory=MB        memory limit\n"
          "      --mount=SRC:DST[:ro]  bind mount a host path (repeatable)\n"
-         "      --name=NAME        a name to use instead of the id\n"
+         "      --name=NAME        a name to use instead of the id (checkpoint:\n"
+         "                         the layer's NAME@VERSION)\n"
          "      --pids=N           process limit\n"
          "      --protect=PATH     keep PATH readable but unchangeable "
          "(repeatable)\n"
@@ -151,12 +161,15 @@ static void help(void)
          "\n"
          "Other options:\n"
          "      --all              (ps) include ended sandboxes\n"
+         "      --count=N          (fork) how many sandboxes (default 1)\n"
          "      --debug            print debug records on stderr\n"
          "      --follow           (events, trajectory) wait for more\n"
          "      --force            (rm) kill at once; a missing ID is no "
          "error\n"
          "  -h, --help             show this help and exit\n"
          "      --log-format=FMT   diagnostics as text (default) or json\n"
+         "      --release          (suspend) checkpoint, then free memory and\n"
+         "                         processes\n"
          "      --version          show the version and exit\n"
          "\n"
          "Exit status: 0 ok, 1 failed, 2 usage, 3 bad input; exec and run "
@@ -173,7 +186,9 @@ struct opts {
   const char *stdin_file;
   const char *requests;
   const char *result_file;
-  bool rm, attach, all, force, follow;
+  bool rm, attach, all, force, follow, release;
+  int count;
+  const char *layer_name;
   json_t *label_filter;
   char **args;
   int nargs;
@@ -202,9 +217,11 @@ static int parse_kv(const char *arg, const char *opt, char **k, char **v)
   return 0;
 }
 
-static const char *const verbs[] = { "create", "exec",   "run", "ps",
-                                     "inspect", "events", "rm",  "kill",
-                                     "trajectory", NULL };
+static const char *const verbs[] = { "create",  "exec",       "run",
+                                     "ps",      "inspect",    "events",
+                                     "rm",      "kill",       "trajectory",
+                                     "checkpoint", "suspend", "resume",
+                                     "fork",    NULL };
 
 /* Which verbs an option belongs to. */
 static bool option_ok(const char *verb, int opt)
@@ -214,8 +231,14 @@ static bool option_ok(const char *verb, int opt)
   case OPT_SPEC: case OPT_IMAGE: case OPT_LAYER: case OPT_BACKEND:
   case OPT_CPUS: case OPT_MEMORY: case OPT_PIDS: case OPT_DISK:
   case OPT_MOUNT: case OPT_PROTECT: case OPT_HIDE: case OPT_USER:
-  case OPT_TTL: case OPT_IDLE_TIMEOUT: case OPT_NAME:
+  case OPT_TTL: case OPT_IDLE_TIMEOUT:
     return create;
+  case OPT_NAME:
+    return create || strcmp(verb, "checkpoint") == 0;
+  case OPT_RELEASE:
+    return strcmp(verb, "suspend") == 0;
+  case OPT_COUNT:
+    return strcmp(verb, "fork") == 0;
   case OPT_LABEL:
     return create || strcmp(verb, "ps") == 0;
   case OPT_ENV: case OPT_WORKDIR:
@@ -405,8 +428,21 @@ static int parse(int argc, char **argv, struct opts *o, bool *exit_now)
         return DSEC_EXIT_USAGE;
       break;
     case OPT_NAME:
-      dsec_spec_set(o->spec, "name", json_string(optarg));
+      if (strcmp(o->verb, "checkpoint") == 0)
+        o->layer_name = optarg;
+      else
+        dsec_spec_set(o->spec, "name", json_string(optarg));
       break;
+    case OPT_RELEASE:
+      o->release = true;
+      break;
+    case OPT_COUNT: {
+      uint64_t n;
+      if (dsec_parse_uint(optarg, 1024, &n) < 0 || n == 0)
+        return dsec_usage_error("--count takes 1 to 1024");
+      o->count = (int) n;
+      break;
+    }
     case OPT_SEQ:
       if (set_uint(o->exec, "seq", optarg, "seq", INT64_MAX >> 1))
         return DSEC_EXIT_USAGE;
@@ -479,6 +515,12 @@ static int parse(int argc, char **argv, struct opts *o, bool *exit_now)
     return dsec_usage_error("kill: give ID [SIGNAL]");
   if (strcmp(o->verb, "ps") == 0 && o->nargs)
     return dsec_usage_error("ps takes no arguments");
+  if ((strcmp(o->verb, "checkpoint") == 0 || strcmp(o->verb, "suspend") == 0 ||
+       strcmp(o->verb, "resume") == 0 || strcmp(o->verb, "fork") == 0) &&
+      o->nargs != 1)
+    return dsec_usage_error("%s: give one sandbox ID", o->verb);
+  if (strcmp(o->verb, "fork") == 0 && o->count == 0)
+    o->count = 1;
   if (o->cmd && strcmp(o->verb, "exec") && strcmp(o->verb, "run"))
     return dsec_usage_error("%s takes no command", o->verb);
   return 0;
@@ -540,21 +582,6 @@ static json_t *sandbox_record(const char *id, json_t *st)
   return r;
 }
 
-static void remove_sandbox_files(const char *id, json_t *spec)
-{
-  _cleanup_free_ char *dir = dsec_sandbox_dir(id);
-  _cleanup_free_ char *run = dsec_sandbox_run_dir(id);
-  _cleanup_error_ struct dsec_error *e = NULL;
-  const char *name = json_string_value(json_object_get(spec, "name"));
-
-  if (dsec_rm_rf_at(AT_FDCWD, dir, &e) < 0)
-    dsec_warn("%s", e->msg);
-  dsec_error_free(steal_pointer(&e));
-  dsec_rm_rf_at(AT_FDCWD, run, &e);
-  if (name)
-    dsec_sandbox_name_release(name, id);
-}
-
 /* The directory of a materialised layer.  The first use of a layer on this
  * store materialises it through dsec-layer: that cold path needs the
  * archive libraries, which dsec-run does not load (every exec pays for
@@ -564,22 +591,11 @@ static char *layer_dir(struct dsec_store *s, const char *digest,
 {
   char *path = xasprintf("%s/layers/%s/rootfs", s->path,
                          dsec_digest_hex(digest));
-  char self[4096];
   _cleanup_free_ char *prog = NULL;
-  ssize_t n;
 
   if (access(path, F_OK) == 0)
     return path;
-  n = readlink("/proc/self/exe", self, sizeof self - 1);
-  if (n > 0) {
-    self[n] = '\0';
-    *strrchr(self, '/') = '\0';
-    prog = xasprintf("%s/dsec-layer", self);
-  }
-  if (!prog || access(prog, X_OK) < 0) {
-    free(prog);
-    prog = xstrdup("dsec-layer");
-  }
+  prog = dsec_sibling_program("dsec-layer");
   {
     char *argv[] = { prog, "materialise", (char *) digest, NULL };
     _cleanup_free_ char *out = NULL;
@@ -595,14 +611,18 @@ static char *layer_dir(struct dsec_store *s, const char *digest,
 }
 
 /* Creates the sandbox; *id gets its id. */
-static int do_create(struct opts *o, char **id_out, json_t **record,
-                     struct dsec_error **err)
+/* Creates a sandbox from a validated spec (stolen).  With reuse_id, boots
+ * that existing sandbox again (resume of a released one): same id,
+ * directory, trajectory and name; a fresh writable layer. */
+static int create_sandbox(json_t *spec_in, const char *reuse_id, char **id_out,
+                          json_t **record, struct dsec_error **err)
 {
-  _cleanup_json_ json_t *spec = build_spec(o, err);
+  _cleanup_json_ json_t *spec = spec_in;
   _cleanup_json_ json_t *env = NULL;
   _cleanup_free_ char *id = NULL;
   _cleanup_free_ char *dir = NULL;
   struct dsec_store *store = NULL;
+  _cleanup_close_ int gc = -1;
   char **layers = NULL;
   size_t n_layers = 0;
   const char *backend;
@@ -652,6 +672,11 @@ static int do_create(struct opts *o, char **id_out, json_t **record,
   /* the environment: compose and materialise the layers */
   if (dsec_store_open(&store, err) < 0)
     return -1;
+  /* the store's gc lock, shared, until environment.json is in place: a
+   * collector never removes a layer this sandbox is about to use */
+  gc = dsec_store_lock_gc(store, false, err);
+  if (gc < 0)
+    goto out;
   {
     json_t *ls = json_object_get(spec, "layers");
     size_t n = json_array_size(ls);
@@ -681,7 +706,7 @@ static int do_create(struct opts *o, char **id_out, json_t **record,
    * names it from the start, so whoever finds the directory (ps, rm, the
    * reaper) can tell a live creation from a dead one.  The directory
    * appears complete or not at all (made under a temporary name). */
-  id = dsec_sandbox_new_id();
+  id = reuse_id ? xstrdup(reuse_id) : dsec_sandbox_new_id();
   dir = dsec_sandbox_dir(id);
   if (pipe2(pfd, O_CLOEXEC) < 0 || pipe2(gofd, O_CLOEXEC) < 0) {
     dsec_fail(err, errno, "pipe");
@@ -708,6 +733,7 @@ static int do_create(struct opts *o, char **id_out, json_t **record,
     if (read(gofd[0], &go, 1) != 1)
       _exit(0); /* the creation was abandoned before anything was made */
     close(gofd[0]);
+    close(gc); /* the lock is the creation's, not the supervisor's */
     dsec_store_free(store);
     dsec_supervisor_main(&co);
   }
@@ -723,8 +749,17 @@ static int do_create(struct opts *o, char **id_out, json_t **record,
 
     if (dsec_mkdir_p(AT_FDCWD, parent, 0711, err) < 0)
       goto abandon;
-    tmpdir = xasprintf("%s/.tmp-%s", parent, id);
-    if (mkdir(tmpdir, 0700) < 0) {
+    /* a resumed sandbox keeps its directory; its writable layer was taken
+     * into its checkpoint and starts empty */
+    tmpdir = reuse_id ? xstrdup(dir) : xasprintf("%s/.tmp-%s", parent, id);
+    if (reuse_id) {
+      static const char *const gone[] = { "upper", "work", "upper.img" };
+      for (size_t i = 0; i < ARRAY_SIZE(gone); i++) {
+        _cleanup_free_ char *p = xasprintf("%s/%s", dir, gone[i]);
+        if (dsec_rm_rf_at(AT_FDCWD, p, err) < 0)
+          goto abandon;
+      }
+    } else if (mkdir(tmpdir, 0700) < 0) {
       dsec_fail(err, errno, "cannot create %s", tmpdir);
       goto abandon;
     }
@@ -751,14 +786,16 @@ static int do_create(struct opts *o, char **id_out, json_t **record,
       free(text);
     }
     json_decref(st);
-    if (ret == 0 && rename(tmpdir, dir) < 0)
+    if (ret == 0 && !reuse_id && rename(tmpdir, dir) < 0)
       ret = dsec_fail(err, errno, "cannot create %s", dir);
     if (ret < 0) {
-      dsec_rm_rf_at(AT_FDCWD, tmpdir, NULL);
+      if (!reuse_id)
+        dsec_rm_rf_at(AT_FDCWD, tmpdir, NULL);
       goto abandon;
     }
+    close(dsec_steal_fd(&gc)); /* the sandbox references its layers now */
     ret = -1;
-    if (json_object_get(spec, "name") &&
+    if (!reuse_id && json_object_get(spec, "name") &&
         dsec_sandbox_name_claim(json_string_value(json_object_get(spec, "name")),
                                 id, err) < 0) {
       json_object_del(spec, "name");
@@ -825,7 +862,7 @@ abandon:
     waitpid(pid, NULL, 0);
   goto out;
 fail_dir:
-  remove_sandbox_files(id, spec);
+  dsec_sandbox_remove_files(id, spec);
 out:
   for (int i = 0; i < 2; i++) {
     if (pfd[i] >= 0)
@@ -838,6 +875,15 @@ out:
   free(layers);
   dsec_store_free(store);
   return ret;
+}
+
+static int do_create(struct opts *o, char **id_out, json_t **record,
+                     struct dsec_error **err)
+{
+  json_t *spec = build_spec(o, err);
+  if (!spec)
+    return -1;
+  return create_sandbox(spec, NULL, id_out, record, err);
 }
 
 /* ---- exec */
@@ -889,7 +935,10 @@ static int connect_running(const char *id, struct dsec_conn **c,
   if (!st)
     return -1;
   state = json_string_value(json_object_get(st, "state"));
-  if (!state || strcmp(state, "running") != 0)
+  /* a frozen sandbox's supervisor still answers (resume, rm, status) */
+  if (!state || (strcmp(state, "running") != 0 &&
+                 !(strcmp(state, "suspended") == 0 &&
+                   !json_is_true(json_object_get(st, "released")))))
     return dsec_error_set(err, DSEC_EXIT_INTERNAL, 0,
                           "sandbox %s is %s%s%s", id, state ? state : "unknown",
                           json_object_get(st, "cause") ? ": " : "",
@@ -1026,78 +1075,6 @@ static int do_requests(const char *id, const char *file, int *status,
 
 /* ---- rm, kill, ps, inspect, events */
 
-static int stop_sandbox(const char *id, bool force, struct dsec_error **err)
-{
-  _cleanup_json_ json_t *st = dsec_sandbox_status(id, err);
-  _cleanup_json_ json_t *spec = NULL;
-  _cleanup_free_ char *dir = dsec_sandbox_dir(id);
-  const char *state;
-  pid_t sup;
-  uint64_t start;
-
-  if (!st)
-    return -1;
-  state = json_string_value(json_object_get(st, "state"));
-  sup = (pid_t) json_integer_value(json_object_get(st, "supervisor_pid"));
-  start = (uint64_t) json_integer_value(json_object_get(st, "supervisor_start"));
-  if (dsec_process_alive(sup, start)) {
-    if (!force && state && strcmp(state, "running") == 0) {
-      struct dsec_conn *c = NULL;
-      _cleanup_error_ struct dsec_error *e = NULL;
-      if (dsec_conn_open(id, &c, &e) == 0) {
-        json_t *req = json_pack("{s:s}", "op", "shutdown");
-        json_t *r = dsec_conn_call(c, req, &e);
-        json_decref(req);
-        json_decref(r);
-        dsec_conn_close(c);
-      }
-    }
-    /* wait for it (5 s at most before SIGKILL), then make sure */
-    {
-      int pfd = (int) syscall(SYS_pidfd_open, sup, 0);
-      if (force)
-        kill(sup, SIGKILL);
-      if (pfd >= 0 && dsec_process_alive(sup, start)) {
-        struct pollfd p = { pfd, POLLIN, 0 };
-        if (poll(&p, 1, force ? 10000 : 5000) == 0) {
-          kill(sup, SIGKILL);
-          poll(&p, 1, 10000);
-        }
-      }
-      if (pfd >= 0)
-        close(pfd);
-      for (int i = 0; i < 200 && dsec_process_alive(sup, start); i++) {
-        kill(sup, SIGKILL);
-        usleep(10000);
-      }
-    }
-    if (dsec_process_alive(sup, start))
-      return dsec_fail(err, EBUSY, "the supervisor of %s does not stop", id);
-    json_decref(st);
-    st = dsec_sandbox_state_read(id, err);
-    if (!st)
-      return -1;
-  }
-  /* whatever a dead supervisor left: processes, cgroups (found by the id
-   * too: a supervisor killed while creating had not recorded them yet) */
-  {
-    struct dsec_cgroup *cg = dsec_cgroup_for_id(id);
-    _cleanup_error_ struct dsec_error *e = NULL;
-    int r = dsec_cgroup_destroy(cg, &e);
-    dsec_cgroup_free(cg);
-    if (r < 0)
-      return dsec_fail(err, e->errnum, "%s", e->msg);
-  }
-  {
-    _cleanup_free_ char *path = xasprintf("%s/spec.json", dir);
-    _cleanup_free_ char *buf = dsec_read_file_at(AT_FDCWD, path, DSEC_SPEC_MAX,
-                                                 NULL, NULL);
-    spec = buf ? json_loads(buf, 0, NULL) : NULL;
-  }
-  remove_sandbox_files(id, spec);
-  return 0;
-}
-
 static int do_rm(struct opts *o, struct dsec_error **err)
 {
   int ret = 0;
@@ -1112,7 +1089,7 @@ static int do_rm(struct opts *o, struct dsec_error **err)
       ret = -1;
       continue;
     }
-    if (stop_sandbox(id, o->force, &e) < 0) {
+    if (dsec_sandbox_stop(id, o->force, &e) < 0) {
       if (!*err)
         *err = steal_pointer(&e);
       ret = -1;
@@ -1375,12 +1352,217 @@ static int do_run(struct opts *o, int *status, struct dsec_error **err)
   }
   if (o->rm) {
     _cleanup_error_ struct dsec_error *e = NULL;
-    if (stop_sandbox(id, false, &e) < 0 && ret == 0) {
+    if (dsec_sandbox_stop(id, false, &e) < 0 && ret == 0) {
       *err = steal_pointer(&e);
       ret = -1;
     }
   }
   return ret;
+}
+
+/* ---- checkpoint, suspend, resume, fork */
+
+/* One op on a running sandbox's supervisor; its answer (new ref), an
+ * error record being turned into *err. */
+static json_t *supervisor_op(const char *id, json_t *req,
+                             struct dsec_error **err)
+{
+  struct dsec_conn *c = NULL;
+  json_t *res;
+  const char *type;
+
+  if (connect_running(id, &c, err) < 0) {
+    if ((*err)->status == DSEC_EXIT_INTERNAL)
+      (*err)->status = DSEC_EXIT_FAILURE;
+    return NULL;
+  }
+  res = dsec_conn_call(c, req, err);
+  dsec_conn_close(c);
+  if (!res)
+    return NULL;
+  type = json_string_value(json_object_get(res, "type"));
+  if (type && strcmp(type, "error") == 0) {
+    json_int_t code = json_integer_value(json_object_get(res, "exit_code"));
+    dsec_error_set(err, code ? (int) code : DSEC_EXIT_FAILURE, 0, "%s",
+                   json_string_value(json_object_get(res, "error")));
+    json_decref(res);
+    return NULL;
+  }
+  return res;
+}
+
+/* The checkpoint a fork or resume starts from: a new one of a running
+ * sandbox, or the one a released sandbox left.  New string. */
+static char *checkpoint_of(const char *id, struct dsec_error **err)
+{
+  _cleanup_json_ json_t *st = dsec_sandbox_status(id, err);
+  const char *state;
+
+  if (!st)
+    return NULL;
+  state = json_string_value(json_object_get(st, "state"));
+  if (state && strcmp(state, "suspended") == 0 &&
+      json_is_true(json_object_get(st, "released"))) {
+    const char *d = json_string_value(json_object_get(st, "checkpoint"));
+    if (!d) {
+      dsec_fail(err, 0, "sandbox %s was released without a checkpoint", id);
+      return NULL;
+    }
+    return xstrdup(d);
+  }
+  {
+    json_t *req = json_pack("{s:s}", "op", "checkpoint");
+    _cleanup_json_ json_t *res = supervisor_op(id, req, err);
+    json_decref(req);
+    if (!res)
+      return NULL;
+    return xstrdup(json_string_value(json_object_get(
+      json_object_get(res, "layer"), "digest")));
+  }
+}
+
+/* The sandbox's spec with a checkpoint stacked on its layers (new ref). */
+static json_t *spec_with_layer(const char *id, const char *digest,
+                               struct dsec_error **err)
+{
+  json_t *spec = read_json_in(id, "spec.json");
+  if (!spec) {
+    dsec_fail(err, 0, "sandbox %s has no readable spec", id);
+    return NULL;
+  }
+  dsec_spec_append(spec, "layers", json_string(digest));
+  if (dsec_spec_validate(spec, err) < 0) {
+    json_decref(spec);
+    return NULL;
+  }
+  return spec;
+}
+
+static int do_checkpoint(struct opts *o, struct dsec_error **err)
+{
+  _cleanup_free_ char *id = dsec_sandbox_resolve(o->args[0], err);
+  json_t *req, *res;
+  if (!id)
+    return -1;
+  req = json_pack("{s:s}", "op", "checkpoint");
+  if (o->layer_name)
+    json_object_set_new(req, "name", json_string(o->layer_name));
+  res = supervisor_op(id, req, err);
+  json_decref(req);
+  if (!res)
+    return -1;
+  return dsec_json_print_new(res, err);
+}
+
+static int do_suspend(struct opts *o, struct dsec_error **err)
+{
+  _cleanup_free_ char *id = dsec_sandbox_resolve(o->args[0], err);
+  json_t *req, *res;
+  if (!id)
+    return -1;
+  req = json_pack("{s:s, s:b}", "op", "suspend", "release", o->release);
+  res = supervisor_op(id, req, err);
+  json_decref(req);
+  if (!res)
+    return -1;
+  if (o->release) {
+    /* the supervisor tears the sandbox down after answering: wait */
+    _cleanup_json_ json_t *st = dsec_sandbox_status(id, NULL);
+    pid_t sup = (pid_t) json_integer_value(json_object_get(st, "supervisor_pid"));
+    uint64_t start = (uint64_t) json_integer_value(
+      json_object_get(st, "supervisor_start"));
+    for (int i = 0; i < 1000 && dsec_process_alive(sup, start); i++)
+      usleep(5000);
+  }
+  return dsec_json_print_new(res, err);
+}
+
+static int do_resume(struct opts *o, struct dsec_error **err)
+{
+  _cleanup_free_ char *id = dsec_sandbox_resolve(o->args[0], err);
+  _cleanup_json_ json_t *st = NULL;
+  _cleanup_free_ char *_id_out = NULL;
+  const char *state;
+  json_t *spec, *rec = NULL;
+
+  if (!id)
+    return -1;
+  st = dsec_sandbox_status(id, err);
+  if (!st)
+    return -1;
+  state = json_string_value(json_object_get(st, "state"));
+  if (!state || strcmp(state, "suspended") != 0)
+    return dsec_fail(err, 0, "sandbox %s is %s, not suspended", id,
+                     state ? state : "unknown");
+  if (!json_is_true(json_object_get(st, "released"))) {
+    json_t *req = json_pack("{s:s}", "op", "resume");
+    json_t *res = supervisor_op(id, req, err);
+    json_decref(req);
+    if (!res)
+      return -1;
+    return dsec_json_print_new(res, err);
+  }
+  /* released: booted again from its spec and its checkpoint */
+  spec = spec_with_layer(id, json_string_value(json_object_get(st, "checkpoint")),
+                         err);
+  if (!spec)
+    return -1;
+  if (create_sandbox(spec, id, &_id_out, &rec, err) < 0)
+    return -1;
+  json_object_set_new(rec, "type", json_string("resumed"));
+  json_object_set(rec, "checkpoint", json_object_get(st, "checkpoint"));
+  /* what a released sandbox does not get back */
+  json_object_set_new(rec, "lost", json_string("processes"));
+  {
+    _cleanup_error_ struct dsec_error *e = NULL;
+    json_t *ev = json_pack("{s:s, s:s, s:O}", "type", "resumed", "from",
+                           "checkpoint", "checkpoint",
+                           json_object_get(st, "checkpoint"));
+    dsec_event_append(-1, id, ev, &e);
+    json_decref(ev);
+  }
+  return dsec_json_print_new(rec, err);
+}
+
+static int do_fork(struct opts *o, struct dsec_error **err)
+{
+  _cleanup_free_ char *id = dsec_sandbox_resolve(o->args[0], err);
+  _cleanup_free_ char *cp = NULL;
+  int failed = 0;
+
+  if (!id)
+    return -1;
+  cp = checkpoint_of(id, err);
+  if (!cp)
+    return -1;
+  for (int i = 0; i < o->count; i++) {
+    _cleanup_error_ struct dsec_error *e = NULL;
+    _cleanup_free_ char *child = NULL;
+    json_t *spec = spec_with_layer(id, cp, &e);
+    json_t *rec = NULL;
+    if (spec) {
+      json_object_del(spec, "name");
+      if (create_sandbox(spec, NULL, &child, &rec, &e) == 0) {
+        json_object_set_new(rec, "index", json_integer(i));
+        json_object_set_new(rec, "parent", json_string(id));
+        json_object_set_new(rec, "checkpoint", json_string(cp));
+        if (dsec_json_print_new(rec, err) < 0)
+          return -1;
+        continue;
+      }
+    }
+    /* partial success is reported per child */
+    failed++;
+    if (dsec_json_print_new(json_pack("{s:s, s:i, s:s, s:s, s:i}", "type",
+                                      "error", "index", i, "parent", id,
+                                      "error", e ? e->msg : "failed",
+                                      "exit_code", e ? e->status : 1),
+                            err) < 0)
+      return -1;
+  }
+  if (failed)
+    return dsec_fail(err, 0, "%d of %d forks failed", failed, o->count);
+  return 0;
 }
 
 int dsec_runcmd_main(int argc, char **argv)
@@ -1434,6 +1616,14 @@ int dsec_runcmd_main(int argc, char **argv)
     ret = do_rm(&o, &err);
   else if (strcmp(o.verb, "kill") == 0)
     ret = do_kill(&o, &err);
+  else if (strcmp(o.verb, "checkpoint") == 0)
+    ret = do_checkpoint(&o, &err);
+  else if (strcmp(o.verb, "suspend") == 0)
+    ret = do_suspend(&o, &err);
+  else if (strcmp(o.verb, "resume") == 0)
+    ret = do_resume(&o, &err);
+  else if (strcmp(o.verb, "fork") == 0)
+    ret = do_fork(&o, &err);
 
   if (ret < 0) {
     status = dsec_cli_error(steal_pointer(&err));

@@ -6,15 +6,21 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <poll.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/random.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
+#include "cgroup.h"
+#include "client.h"
 #include "fsutil.h"
+#include "log.h"
+#include "spec.h"
 #include "store.h"
 
 char *dsec_sandboxes_dir(void)
@@ -284,6 +290,10 @@ json_t *dsec_sandbox_status(const char *id, struct dsec_error **err)
   state = json_string_value(json_object_get(st, "state"));
   pid = json_integer_value(json_object_get(st, "supervisor_pid"));
   start = json_integer_value(json_object_get(st, "supervisor_start"));
+  /* a released sandbox has no supervisor by design */
+  if (state && strcmp(state, "suspended") == 0 &&
+      json_is_true(json_object_get(st, "released")))
+    return st;
   if (state && (strcmp(state, "running") == 0 ||
                 strcmp(state, "creating") == 0 ||
                 strcmp(state, "suspended") == 0 ||
@@ -360,4 +370,93 @@ int dsec_event_append(int fd, const char *id, json_t *event,
   ret = dsec_json_write_line(fd, rec, err);
   json_decref(rec);
   return ret;
+}
+
+/* Stopping and removal, shared by dsec-run rm and dsec-reap. */
+
+void dsec_sandbox_remove_files(const char *id, json_t *spec)
+{
+  _cleanup_free_ char *dir = dsec_sandbox_dir(id);
+  _cleanup_free_ char *run = dsec_sandbox_run_dir(id);
+  _cleanup_error_ struct dsec_error *e = NULL;
+  const char *name = json_string_value(json_object_get(spec, "name"));
+
+  if (dsec_rm_rf_at(AT_FDCWD, dir, &e) < 0)
+    dsec_warn("%s", e->msg);
+  dsec_error_free(steal_pointer(&e));
+  dsec_rm_rf_at(AT_FDCWD, run, &e);
+  if (name)
+    dsec_sandbox_name_release(name, id);
+}
+
+int dsec_sandbox_stop(const char *id, bool force, struct dsec_error **err)
+{
+  _cleanup_json_ json_t *st = dsec_sandbox_status(id, err);
+  _cleanup_json_ json_t *spec = NULL;
+  _cleanup_free_ char *dir = dsec_sandbox_dir(id);
+  const char *state;
+  pid_t sup;
+  uint64_t start;
+
+  if (!st)
+    return -1;
+  state = json_string_value(json_object_get(st, "state"));
+  sup = (pid_t) json_integer_value(json_object_get(st, "supervisor_pid"));
+  start = (uint64_t) json_integer_value(json_object_get(st, "supervisor_start"));
+  if (dsec_process_alive(sup, start)) {
+    if (!force && state && strcmp(state, "running") == 0) {
+      struct dsec_conn *c = NULL;
+      _cleanup_error_ struct dsec_error *e = NULL;
+      if (dsec_conn_open(id, &c, &e) == 0) {
+        json_t *req = json_pack("{s:s}", "op", "shutdown");
+        json_t *r = dsec_conn_call(c, req, &e);
+        json_decref(req);
+        json_decref(r);
+        dsec_conn_close(c);
+      }
+    }
+    /* wait for it (5 s at most before SIGKILL), then make sure */
+    {
+      int pfd = (int) syscall(SYS_pidfd_open, sup, 0);
+      if (force)
+        kill(sup, SIGKILL);
+      if (pfd >= 0 && dsec_process_alive(sup, start)) {
+        struct pollfd p = { pfd, POLLIN, 0 };
+        if (poll(&p, 1, force ? 10000 : 5000) == 0) {
+          kill(sup, SIGKILL);
+          poll(&p, 1, 10000);
+        }
+      }
+      if (pfd >= 0)
+        close(pfd);
+      for (int i = 0; i < 200 && dsec_process_alive(sup, start); i++) {
+        kill(sup, SIGKILL);
+        usleep(10000);
+      }
+    }
+    if (dsec_process_alive(sup, start))
+      return dsec_fail(err, EBUSY, "the supervisor of %s does not stop", id);
+    json_decref(st);
+    st = dsec_sandbox_state_read(id, err);
+    if (!st)
+      return -1;
+  }
+  /* whatever a dead supervisor left: processes, cgroups (found by the id
+   * too: a supervisor killed while creating had not recorded them yet) */
+  {
+    struct dsec_cgroup *cg = dsec_cgroup_for_id(id);
+    _cleanup_error_ struct dsec_error *e = NULL;
+    int r = dsec_cgroup_destroy(cg, &e);
+    dsec_cgroup_free(cg);
+    if (r < 0)
+      return dsec_fail(err, e->errnum, "%s", e->msg);
+  }
+  {
+    _cleanup_free_ char *path = xasprintf("%s/spec.json", dir);
+    _cleanup_free_ char *buf = dsec_read_file_at(AT_FDCWD, path, DSEC_SPEC_MAX,
+                                                 NULL, NULL);
+    spec = buf ? json_loads(buf, 0, NULL) : NULL;
+  }
+  dsec_sandbox_remove_files(id, spec);
+  return 0;
 }

@@ -58,6 +58,14 @@ json_t *dsec_sandbox_list(struct dsec_error **err);
 uint64_t dsec_process_starttime(pid_t pid);
 bool dsec_process_alive(pid_t pid, uint64_t starttime);
 
+/* Removes the sandbox's directory, its run directory and its name (spec,
+ * may be NULL, gives the name).  What cannot be removed is warned about. */
+void dsec_sandbox_remove_files(const char *id, json_t *spec);
+/* Stops the sandbox and removes it: asks a running supervisor to shut
+ * down (at once with force), SIGKILLs it after 5 s, removes the cgroups
+ * and processes a dead one left, then the files. */
+int dsec_sandbox_stop(const char *id, bool force, struct dsec_error **err);
+
 /* Appends one record to sandboxes/<id>/events.jsonl (fd may be -1: opens
  * the file).  Adds "time" and "sandbox". */
 int dsec_event_append(int fd, const char *id, json_t *event,

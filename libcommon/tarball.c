@@ -933,6 +933,72 @@ static int write_entry(struct creator *c, struct archive_entry *e, int fd,
   return 0;
 }
 
+/* Owners as the sandbox sees them: host id - shift (ids outside the
+ * range become nobody). */
+static void shift_ids(struct archive_entry *e, unsigned shift)
+{
+  la_int64_t uid = archive_entry_uid(e), gid = archive_entry_gid(e);
+  archive_entry_set_uid(e, uid >= shift && uid - shift < 65536 ? uid - shift
+                                                               : 65534);
+  archive_entry_set_gid(e, gid >= shift && gid - shift < 65536 ? gid - shift
+                                                               : 65534);
+}
+
+static bool overlay_xattr(const char *name)
+{
+  return dsec_str_has_prefix(name, "trusted.overlay.") ||
+         dsec_str_has_prefix(name, "user.overlay.");
+}
+
+static void drop_overlay_xattrs(struct archive_entry *e)
+{
+  const char *name;
+  const void *value;
+  size_t size;
+  struct archive_entry *keep = archive_entry_new();
+  bool any = false;
+
+  archive_entry_xattr_reset(e);
+  while (archive_entry_xattr_next(e, &name, &value, &size) == ARCHIVE_OK) {
+    if (overlay_xattr(name))
+      any = true;
+    else
+      archive_entry_xattr_add_entry(keep, name, value, size);
+  }
+  if (any) {
+    archive_entry_xattr_clear(e);
+    archive_entry_xattr_reset(keep);
+    while (archive_entry_xattr_next(keep, &name, &value, &size) == ARCHIVE_OK)
+      archive_entry_xattr_add_entry(e, name, value, size);
+  }
+  archive_entry_free(keep);
+}
+
+static bool is_opaque(const char *path)
+{
+  char v[4];
+  ssize_t n = lgetxattr(path, "trusted.overlay.opaque", v, sizeof v);
+  if (n <= 0)
+    n = lgetxattr(path, "user.overlay.opaque", v, sizeof v);
+  return n > 0 && v[0] == 'y';
+}
+
+/* An empty regular file (a whiteout marker) named arcname. */
+static int add_marker(struct creator *c, const char *arcname,
+                      const struct stat *like, struct dsec_error **err)
+{
+  struct archive_entry *e = archive_entry_new();
+  int ret;
+  archive_entry_copy_pathname(e, arcname);
+  archive_entry_set_filetype(e, AE_IFREG);
+  archive_entry_set_perm(e, 0);
+  archive_entry_set_size(e, 0);
+  archive_entry_set_mtime(e, like->st_mtim.tv_sec, like->st_mtim.tv_nsec);
+  ret = write_entry(c, e, -1, err);
+  archive_entry_free(e);
+  return ret;
+}
+
 static int add_tree(struct creator *c, int dirfd, const char *rel,
                     struct dsec_error **err)
 {
@@ -974,6 +1040,16 @@ static int add_tree(struct creator *c, int dirfd, const char *rel,
     }
     arcname = *c->src->prefix ? xasprintf("%s/%s", c->src->prefix, childrel)
                               : xstrdup(childrel);
+    if (c->src->overlay_upper && S_ISCHR(st.st_mode) && st.st_rdev == 0) {
+      /* an overlay whiteout: the OCI form is an empty .wh.NAME */
+      _cleanup_free_ char *wh = NULL;
+      char *slash = strrchr(arcname, '/');
+      wh = slash ? xasprintf("%.*s/.wh.%s", (int) (slash - arcname), arcname,
+                             slash + 1)
+                 : xasprintf(".wh.%s", arcname);
+      ret = add_marker(c, wh, &st, err);
+      continue;
+    }
     e = archive_entry_new();
     archive_entry_copy_pathname(e, arcname);
     archive_entry_copy_sourcepath(e, full);
@@ -988,8 +1064,17 @@ static int add_tree(struct creator *c, int dirfd, const char *rel,
     archive_entry_unset_birthtime(e);
     archive_entry_set_uname(e, NULL);
     archive_entry_set_gname(e, NULL);
+    if (c->src->id_shift)
+      shift_ids(e, c->src->id_shift);
+    if (c->src->overlay_upper)
+      drop_overlay_xattrs(e);
     ret = write_entry(c, e, fd, err);
     archive_entry_free(e);
+    if (ret == 0 && S_ISDIR(st.st_mode) && c->src->overlay_upper &&
+        is_opaque(full)) {
+      _cleanup_free_ char *opq = xasprintf("%s/.wh..wh..opq", arcname);
+      ret = add_marker(c, opq, &st, err);
+    }
     if (ret == 0 && S_ISDIR(st.st_mode))
       ret = add_tree(c, dirfd, childrel, err);
   }

@@ -57,6 +57,14 @@ struct dsec_tar_source {
   const char *prefix;
   const char *const *exclude;
   const char *exclude_name; /* a file name left out wherever it is */
+  /* an overlayfs upper directory (a sandbox's changes): its whiteouts (0/0
+   * character devices) become OCI .wh. files, its opaque directories
+   * (trusted. or user.overlay.opaque) get .wh..wh..opq, overlay xattrs
+   * are dropped */
+  bool overlay_upper;
+  /* subtracted from every owner and group: the upper of a sandbox whose
+   * root is host id N holds files of N + their id inside */
+  unsigned id_shift;
 };
 typedef int (*dsec_write_fn)(void *ud, const void *buf, size_t len,
                              struct dsec_error **err);

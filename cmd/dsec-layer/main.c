@@ -23,6 +23,8 @@ enum {
   OPT_MAX_SIZE,
   OPT_FORCE,
   OPT_FORMAT,
+  OPT_OVERLAY_UPPER,
+  OPT_ID_SHIFT,
 };
 
 static const struct option long_options[] = {
@@ -34,6 +36,8 @@ static const struct option long_options[] = {
   { "max-size", required_argument, NULL, OPT_MAX_SIZE },
   { "force", no_argument, NULL, OPT_FORCE },
   { "format", required_argument, NULL, OPT_FORMAT },
+  { "overlay-upper", no_argument, NULL, OPT_OVERLAY_UPPER },
+  { "id-shift", required_argument, NULL, OPT_ID_SHIFT },
   DSEC_COMMON_LONG_OPTIONS,
   { NULL, 0, NULL, 0 },
 };
@@ -45,7 +49,8 @@ static void help(void)
         "\n"
         "Commands:\n"
         "  create (--dir DIR | --tar FILE) [--name NAME@VERSION] [--scrub-git]\n"
-        "         [--keep-setuid] [--max-size SIZE]\n"
+        "         [--keep-setuid] [--max-size SIZE] [--overlay-upper]\n"
+        "         [--id-shift N]\n"
         "                               make a layer from a directory or a "
         "tarball\n"
         "  tag REF NAME@VERSION         name an image or a layer\n"
@@ -65,11 +70,14 @@ static void help(void)
         "an image\n"
         "      --format=FMT       (materialise) dir (default) or erofs\n"
         "  -h, --help             show this help and exit\n"
+        "      --id-shift=N       (create) subtract N from owners and groups\n"
         "      --keep-setuid      (create) keep setuid bits and file "
         "capabilities\n"
         "      --log-format=FMT   diagnostics as text (default) or json\n"
         "      --max-size=SIZE    (create) bound on the uncompressed size\n"
         "      --name=NAME        (create) name the layer NAME@VERSION\n"
+        "      --overlay-upper    (create) DIR is an overlayfs upper dir: its\n"
+        "                         whiteouts become OCI whiteouts\n"
         "      --scrub-git        (create) keep only the current commit of "
         ".git\n"
         "      --tar=FILE         (create) the layer's content as a tarball\n"
@@ -99,6 +107,8 @@ static bool option_allowed(const char *cmd, int opt)
   case OPT_SCRUB_GIT:
   case OPT_KEEP_SETUID:
   case OPT_MAX_SIZE:
+  case OPT_OVERLAY_UPPER:
+  case OPT_ID_SHIFT:
     return strcmp(cmd, "create") == 0;
   case OPT_FORCE:
     return strcmp(cmd, "rm") == 0;
@@ -157,6 +167,16 @@ static int parse_args(int argc, char **argv, struct options *o, bool *exit_now)
     case OPT_FORCE:
       o->force = true;
       break;
+    case OPT_OVERLAY_UPPER:
+      o->create.overlay_upper = true;
+      break;
+    case OPT_ID_SHIFT: {
+      uint64_t v;
+      if (dsec_parse_uint(optarg, UINT32_MAX, &v) < 0)
+        return dsec_usage_error("--id-shift takes a whole number");
+      o->create.id_shift = (unsigned) v;
+      break;
+    }
     case OPT_FORMAT:
       if (strcmp(optarg, "dir") == 0)
         o->format = DSEC_FORMAT_DIR;
@@ -192,12 +212,14 @@ static int parse_args(int argc, char **argv, struct options *o, bool *exit_now)
   {
     static const int all[] = { OPT_DIR,        OPT_TAR,     OPT_NAME,
                                OPT_SCRUB_GIT,  OPT_KEEP_SETUID,
-                               OPT_MAX_SIZE,   OPT_FORCE,   OPT_FORMAT };
+                               OPT_MAX_SIZE,   OPT_FORCE,   OPT_FORMAT,
+                               OPT_OVERLAY_UPPER, OPT_ID_SHIFT };
     bool given[] = { o->create.dir,        o->create.tar,
                      o->create.name,       o->create.scrub_git,
                      o->create.policy.keep_setuid,
                      o->create.policy.max_size != 0,
-                     o->force,             o->format_set };
+                     o->force,             o->format_set,
+                     o->create.overlay_upper, o->create.id_shift != 0 };
     for (size_t i = 0; i < ARRAY_SIZE(all); i++)
       if (given[i] && !option_allowed(o->cmd, all[i]))
         return dsec_usage_error("%s: option --%s does not apply", o->cmd,
@@ -206,8 +228,10 @@ static int parse_args(int argc, char **argv, struct options *o, bool *exit_now)
   if (strcmp(o->cmd, "create") == 0) {
     if (!o->create.dir == !o->create.tar)
       return dsec_usage_error("create: give one of --dir or --tar");
-    if (o->create.scrub_git && !o->create.dir)
-      return dsec_usage_error("create: --scrub-git needs --dir");
+    if ((o->create.scrub_git || o->create.overlay_upper || o->create.id_shift) &&
+        !o->create.dir)
+      return dsec_usage_error("create: --scrub-git, --overlay-upper and "
+                              "--id-shift need --dir");
   }
   return 0;
 }
