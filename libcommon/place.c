@@ -281,7 +281,8 @@ static void planner_free(struct planner *p)
   dsec_store_free(p->store);
 }
 
-/* The id of layer digest; a known size is remembered (the first wins). */
+/* The id of layer digest; a known size is remembered (the largest given
+ * wins, so that the order of the input does not matter). */
 static int layer_id(struct planner *p, const char *digest, int64_t size)
 {
   bool added;
@@ -290,7 +291,7 @@ static int layer_id(struct planner *p, const char *digest, int64_t size)
     GROW(p->layer_size, p->n_layers, p->cap_layers);
     p->layer_size[p->n_layers++] = -1;
   }
-  if (size >= 0 && p->layer_size[id] < 0)
+  if (size > p->layer_size[id])
     p->layer_size[id] = size;
   return id;
 }

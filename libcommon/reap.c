@@ -877,10 +877,11 @@ static int reap_cgroups(struct reap *r, struct dsec_error **err)
   for (size_t i = 0; i < l.n && ret == 0; i++) {
     struct cg_dir *c = &l.v[i];
     json_t *extra;
-    /* with dry_run, a supervisor to be killed still lives, and a sandbox
-     * to be removed takes its cgroups along */
+    /* a supervisor killed above (or, with dry_run, to be killed) may
+     * leave a dying process behind that still holds its files; and with
+     * dry_run a sandbox to be removed takes its cgroups along */
     if ((json_object_get(p.any, c->id) || json_object_get(p.ours, c->id)) &&
-        !(r->o->dry_run && json_object_get(r->killed, c->id)))
+        !json_object_get(r->killed, c->id))
       continue;
     if (r->o->dry_run && json_object_get(r->doomed, c->id))
       continue;

@@ -123,6 +123,8 @@ static void help(void)
          "                                       and free everything)\n"
          "  resume ID                            thaw, or boot from the checkpoint\n"
          "  fork [--count N] ID                  N new sandboxes from its state\n"
+         "  serve                                JSON Lines requests on stdin,\n"
+         "                                       answers with their rid on stdout\n"
          "  kill ID [SIGNAL]                     signal every process in it\n"
          "\n"
          "Create options (a flag overrides the same field of --spec):\n"
@@ -221,7 +223,7 @@ static const char *const verbs[] = { "create",  "exec",       "run",
                                      "ps",      "inspect",    "events",
                                      "rm",      "kill",       "trajectory",
                                      "checkpoint", "suspend", "resume",
-                                     "fork",    NULL };
+                                     "fork",    "serve",      NULL };
 
 /* Which verbs an option belongs to. */
 static bool option_ok(const char *verb, int opt)
@@ -521,6 +523,9 @@ static int parse(int argc, char **argv, struct opts *o, bool *exit_now)
     return dsec_usage_error("%s: give one sandbox ID", o->verb);
   if (strcmp(o->verb, "fork") == 0 && o->count == 0)
     o->count = 1;
+  if (strcmp(o->verb, "serve") == 0 && o->nargs)
+    return dsec_usage_error("serve takes no arguments (requests come on "
+                            "standard input)");
   if (o->cmd && strcmp(o->verb, "exec") && strcmp(o->verb, "run"))
     return dsec_usage_error("%s takes no command", o->verb);
   return 0;
@@ -735,6 +740,12 @@ static int create_sandbox(json_t *spec_in, const char *reuse_id, char **id_out,
     close(gofd[0]);
     close(gc); /* the lock is the creation's, not the supervisor's */
     dsec_store_free(store);
+    /* nothing of the creator's leaks into the supervisor (serve has pipes
+     * of other requests open): the ready pipe becomes fd 3, the rest go */
+    if (dup2(pfd[1], 3) < 0)
+      _exit(1);
+    syscall(SYS_close_range, 4U, ~0U, 0U);
+    co.ready_fd = 3;
     dsec_supervisor_main(&co);
   }
   close(gofd[0]);
@@ -1178,14 +1189,16 @@ static bool labels_match(json_t *spec, json_t *filter)
   return true;
 }
 
-static int do_ps(struct opts *o, struct dsec_error **err)
+/* The sandboxes ps shows, as records (new array). */
+static json_t *ps_list(struct opts *o, struct dsec_error **err)
 {
   _cleanup_json_ json_t *ids = dsec_sandbox_list(err);
-  json_t *v;
+  json_t *out, *v;
   size_t i;
 
   if (!ids)
-    return -1;
+    return NULL;
+  out = json_array();
   json_array_foreach(ids, i, v)
   {
     const char *id = json_string_value(v);
@@ -1205,7 +1218,22 @@ static int do_ps(struct opts *o, struct dsec_error **err)
     rec = sandbox_record(id, st);
     json_object_set(rec, "image", json_object_get(spec, "image"));
     json_object_set(rec, "labels", json_object_get(spec, "labels"));
-    if (dsec_json_print_new(rec, err) < 0)
+    json_array_append_new(out, rec);
+  }
+  return out;
+}
+
+static int do_ps(struct opts *o, struct dsec_error **err)
+{
+  _cleanup_json_ json_t *list = ps_list(o, err);
+  json_t *rec;
+  size_t i;
+
+  if (!list)
+    return -1;
+  json_array_foreach(list, i, rec)
+  {
+    if (dsec_json_print(rec, err) < 0)
       return -1;
   }
   return 0;
@@ -1565,6 +1593,236 @@ static int do_fork(struct opts *o, struct dsec_error **err)
   return 0;
 }
 
+/* ---- serve */
+
+#define SERVE_MAX_INFLIGHT 64
+
+/* One request of serve, run in a child process whose stdout is a pipe:
+ * the same code as the verbs, its JSON lines collected by the parent. */
+static _Noreturn void serve_child(json_t *req)
+{
+  struct dsec_error *err = NULL;
+  struct opts o = { 0 };
+  const char *op = json_string_value(json_object_get(req, "op"));
+  const char *id_arg = json_string_value(json_object_get(req, "id"));
+  char *args[2] = { (char *) id_arg, NULL };
+  int ret = 0;
+
+  o.args = args;
+  o.nargs = id_arg ? 1 : 0;
+  o.label_filter = json_object();
+  if (!op)
+    ret = dsec_bad_input(&err, "request: missing `op`");
+  else if (strcmp(op, "create") == 0) {
+    _cleanup_free_ char *id = NULL;
+    json_t *spec = json_deep_copy(json_object_get(req, "spec"));
+    json_t *rec = NULL;
+    if (!json_is_object(spec)) {
+      json_decref(spec);
+      ret = dsec_bad_input(&err, "create: `spec` must be an object");
+    } else if (dsec_spec_validate(spec, &err) < 0) {
+      json_decref(spec);
+      ret = -1;
+    } else {
+      ret = create_sandbox(spec, NULL, &id, &rec, &err);
+      if (ret == 0)
+        ret = dsec_json_print_new(rec, &err);
+    }
+  } else if (!id_arg && strcmp(op, "ps") != 0)
+    ret = dsec_bad_input(&err, "%s: missing `id`", op);
+  else if (strcmp(op, "exec") == 0) {
+    _cleanup_free_ char *id = dsec_sandbox_resolve(id_arg, &err);
+    json_t *r = json_deep_copy(req), *res = NULL;
+    json_object_del(r, "op");
+    json_object_del(r, "id");
+    json_object_del(r, "rid");
+    ret = id ? exec_one(id, r, &res, &err) : -1;
+    json_decref(r);
+    if (ret == 0)
+      ret = dsec_json_print_new(res, &err);
+  } else if (strcmp(op, "ps") == 0) {
+    /* one answer per request: the list in one record */
+    json_t *list;
+    o.all = json_is_true(json_object_get(req, "all"));
+    list = ps_list(&o, &err);
+    ret = list ? dsec_json_print_new(json_pack("{s:s, s:o}", "type", "ps",
+                                               "sandboxes", list),
+                                     &err)
+               : -1;
+  } else if (strcmp(op, "inspect") == 0)
+    ret = do_inspect(&o, &err);
+  else if (strcmp(op, "rm") == 0) {
+    o.force = json_is_true(json_object_get(req, "force"));
+    ret = do_rm(&o, &err);
+  } else if (strcmp(op, "kill") == 0) {
+    char *sig = (char *) json_string_value(json_object_get(req, "signal"));
+    char *kargs[3] = { (char *) id_arg, sig, NULL };
+    o.args = kargs;
+    o.nargs = sig ? 2 : 1;
+    ret = do_kill(&o, &err);
+  } else if (strcmp(op, "checkpoint") == 0) {
+    o.layer_name = json_string_value(json_object_get(req, "name"));
+    ret = do_checkpoint(&o, &err);
+  } else if (strcmp(op, "suspend") == 0) {
+    o.release = json_is_true(json_object_get(req, "release"));
+    ret = do_suspend(&o, &err);
+  } else if (strcmp(op, "resume") == 0)
+    ret = do_resume(&o, &err);
+  else if (strcmp(op, "fork") == 0) {
+    json_int_t n = json_integer_value(json_object_get(req, "count"));
+    o.count = n > 0 && n <= 1024 ? (int) n : 1;
+    ret = do_fork(&o, &err);
+  } else
+    ret = dsec_bad_input(&err, "unknown op `%s`", op);
+
+  if (ret < 0) {
+    json_t *e = json_pack("{s:s, s:s, s:i}", "type", "error", "error",
+                          err ? err->msg : "failed", "exit_code",
+                          err ? err->status : DSEC_EXIT_FAILURE);
+    dsec_json_print_new(e, NULL);
+  }
+  fflush(stdout);
+  _exit(0);
+}
+
+struct serve_job {
+  int fd;
+  pid_t pid;
+  json_t *rid;
+  char *buf;
+  size_t len;
+};
+
+/* Answers of a finished (or progressing) request, with its rid, one
+ * write per line. */
+static void serve_flush(struct serve_job *j, bool eof)
+{
+  char *start = j->buf;
+  for (;;) {
+    char *nl = memchr(start, '\n', j->len - (size_t) (start - j->buf));
+    json_t *m;
+    if (!nl)
+      break;
+    m = json_loadb(start, (size_t) (nl - start), 0, NULL);
+    if (m) {
+      if (j->rid)
+        json_object_set(m, "rid", j->rid);
+      dsec_json_print_new(m, NULL);
+    }
+    start = nl + 1;
+  }
+  j->len -= (size_t) (start - j->buf);
+  memmove(j->buf, start, j->len);
+  if (eof && j->len > 0)
+    j->len = 0; /* a partial line from a dead child: dropped */
+}
+
+static int do_serve(struct dsec_error **err)
+{
+  struct serve_job jobs[SERVE_MAX_INFLIGHT];
+  size_t njobs = 0;
+  char *line = NULL;
+  size_t cap = 0;
+  bool in_open = true;
+  int lineno = 0;
+
+  /* answers are written whole; a reader that goes away ends us */
+  setvbuf(stdout, NULL, _IONBF, 0);
+  while (in_open || njobs > 0) {
+    struct pollfd pf[SERVE_MAX_INFLIGHT + 1];
+    size_t n = 0;
+
+    if (in_open && njobs < SERVE_MAX_INFLIGHT)
+      pf[n++] = (struct pollfd){ STDIN_FILENO, POLLIN, 0 };
+    for (size_t i = 0; i < njobs; i++)
+      pf[n++] = (struct pollfd){ jobs[i].fd, POLLIN, 0 };
+    if (poll(pf, n, -1) < 0) {
+      if (errno == EINTR)
+        continue;
+      return dsec_fail(err, errno, "poll");
+    }
+    for (size_t k = 0; k < n; k++) {
+      if (!pf[k].revents)
+        continue;
+      if (pf[k].fd == STDIN_FILENO) {
+        ssize_t got = getline(&line, &cap, stdin);
+        json_t *req;
+        json_error_t jerr;
+        int p[2];
+        pid_t pid;
+        if (got <= 0) {
+          in_open = false;
+          continue;
+        }
+        lineno++;
+        while (got > 0 && (line[got - 1] == '\n' || line[got - 1] == '\r'))
+          line[--got] = '\0';
+        if (got == 0)
+          continue;
+        req = json_loadb(line, (size_t) got, JSON_REJECT_DUPLICATES, &jerr);
+        if (!json_is_object(req)) {
+          json_t *e = json_pack("{s:s, s:s, s:i, s:i}", "type", "error",
+                                "error",
+                                req ? "request: must be an object" : jerr.text,
+                                "line", lineno, "exit_code", DSEC_EXIT_INPUT);
+          json_decref(req);
+          dsec_json_print_new(e, NULL);
+          continue;
+        }
+        if (pipe2(p, O_CLOEXEC) < 0) {
+          json_decref(req);
+          return dsec_fail(err, errno, "pipe");
+        }
+        fflush(stdout);
+        pid = fork();
+        if (pid == 0) {
+          close(p[0]);
+          if (dup2(p[1], STDOUT_FILENO) < 0)
+            _exit(1);
+          serve_child(req);
+        }
+        close(p[1]);
+        if (pid < 0) {
+          close(p[0]);
+          json_decref(req);
+          return dsec_fail(err, errno, "fork");
+        }
+        jobs[njobs] = (struct serve_job){ p[0], pid,
+                                          json_incref(json_object_get(req,
+                                                                      "rid")),
+                                          NULL, 0 };
+        njobs++;
+        json_decref(req);
+        continue;
+      }
+      for (size_t i = 0; i < njobs; i++) {
+        struct serve_job *j = &jobs[i];
+        char buf[65536];
+        ssize_t got;
+        if (j->fd != pf[k].fd)
+          continue;
+        got = read(j->fd, buf, sizeof buf);
+        if (got > 0) {
+          j->buf = xrealloc(j->buf, j->len + (size_t) got);
+          memcpy(j->buf + j->len, buf, (size_t) got);
+          j->len += (size_t) got;
+          serve_flush(j, false);
+        } else if (got == 0 || errno != EINTR) {
+          serve_flush(j, true);
+          close(j->fd);
+          waitpid(j->pid, NULL, 0);
+          json_decref(j->rid);
+          free(j->buf);
+          jobs[i] = jobs[--njobs];
+        }
+        break;
+      }
+    }
+  }
+  free(line);
+  return 0;
+}
+
 int dsec_runcmd_main(int argc, char **argv)
 {
   struct dsec_error *err = NULL;
@@ -1624,6 +1882,8 @@ int dsec_runcmd_main(int argc, char **argv)
     ret = do_resume(&o, &err);
   else if (strcmp(o.verb, "fork") == 0)
     ret = do_fork(&o, &err);
+  else if (strcmp(o.verb, "serve") == 0)
+    ret = do_serve(&err);
 
   if (ret < 0) {
     status = dsec_cli_error(steal_pointer(&err));
