@@ -2,7 +2,8 @@
 # --help, the man page and the bash completion of each program must tell
 # the same story: the same long options, and for dsec-layer and dsec-run
 # the same commands, each option offered for the commands it applies to
-# (dsec-layer: as --help says; dsec-run: as dsec-run itself answers).
+# (dsec-layer and dsec-place: as --help says; dsec-run: as dsec-run itself
+# answers).
 # An option added to --help without a man page entry and a completion
 # fails here.
 
@@ -10,7 +11,7 @@ load helpers/common
 
 bats_require_minimum_version 1.5.0
 
-PROGS=(dsec-pull dsec-layer dsec-run)
+PROGS=(dsec-pull dsec-layer dsec-run dsec-place)
 
 setup() {
   common_setup
@@ -114,12 +115,13 @@ same_set() {
   offered=$(complete_line "$prog --" | LC_ALL=C sort -u)
   same_set "$prog" --help "$help" "completion of '$prog --'" "$offered"
 
-  prog=dsec-layer
-  offered=$(for cmd in "" $(help_commands "$prog"); do
-    complete_line "$prog $cmd${cmd:+ }--"
-  done | LC_ALL=C sort -u)
-  help=$(help_options "$prog")
-  same_set "$prog" --help "$help" "completion of '$prog CMD --'" "$offered"
+  for prog in dsec-layer dsec-place; do
+    offered=$(for cmd in "" $(help_commands "$prog"); do
+      complete_line "$prog $cmd${cmd:+ }--"
+    done | LC_ALL=C sort -u)
+    help=$(help_options "$prog")
+    same_set "$prog" --help "$help" "completion of '$prog CMD --'" "$offered"
+  done
 
   prog=dsec-run
   offered=$(for cmd in "" $(help_commands "$prog"); do
@@ -151,6 +153,7 @@ same_set() {
     done
   done
   grep -qE '^\.SH "?COMMANDS"?$' "$DSEC_SRCDIR/man/dsec-layer.1"
+  grep -qE '^\.SH "?COMMANDS"?$' "$DSEC_SRCDIR/man/dsec-place.1"
   page=$DSEC_SRCDIR/man/dsec-run.1
   for s in COMMANDS SPEC "EXEC PROTOCOL" STATES FILES SECURITY ENVIRONMENT; do
     grep -qE "^\.SH \"?$s\"?\$" "$page" ||
@@ -181,7 +184,7 @@ same_set() {
 
 @test "every command of --help is in the man page and the completion" {
   local prog help man comp
-  for prog in dsec-layer dsec-run; do
+  for prog in dsec-layer dsec-run dsec-place; do
     help=$(help_commands "$prog")
     man=$(man_commands "$DSEC_SRCDIR/man/$prog.1")
     comp=$(complete_line "$prog " | LC_ALL=C sort -u)
@@ -191,24 +194,36 @@ same_set() {
   done
 }
 
-@test "dsec-layer: the completion offers each option for its commands only" {
-  local line opt cmds cmd offered
-  # "      --dir=DIR          (create) the layer's content"
+# PROG --help marks an option that only some commands take with them:
+# "      --dir=DIR          (create) the layer's content".
+completion_per_command() {
+  local prog=$1 line opt cmds cmd offered
   while IFS= read -r line; do
     opt=$(grep -oE -- '--[a-z][a-z-]*' <<<"$line" | head -n1)
     cmds=$(sed -n 's/.*--[a-z-]*[^ ]* *(\([a-z, ]*\)).*/\1/p' <<<"$line" |
       tr -d ,)
-    for cmd in $(help_commands dsec-layer); do
-      offered=$(complete_line "dsec-layer $cmd --")
+    for cmd in $(help_commands "$prog"); do
+      offered=$(complete_line "$prog $cmd --")
       if [ -z "$cmds" ] || [[ " $cmds " == *" $cmd "* ]]; then
         grep -qx -- "$opt" <<<"$offered" ||
-          { echo "$opt not offered after '$cmd'" >&2; false; }
+          { echo "$prog: $opt not offered after '$cmd'" >&2; return 1; }
       else
         ! grep -qx -- "$opt" <<<"$offered" ||
-          { echo "$opt offered after '$cmd' (--help: $cmds)" >&2; false; }
+          { echo "$prog: $opt offered after '$cmd' (--help: $cmds)" >&2; return 1; }
       fi
     done
-  done < <(dsec-layer --help | sed -n '/^Options:/,/^$/p' | grep -E '^ +(-[A-Za-z], +)?--')
+  done < <("$prog" --help | sed -n '/^Options:/,/^$/p' | grep -E '^ +(-[A-Za-z], +)?--')
+}
+
+@test "dsec-layer: the completion offers each option for its commands only" {
+  completion_per_command dsec-layer
+}
+
+@test "dsec-place: the completion offers each option for its commands only" {
+  completion_per_command dsec-place
+  # and the command refuses an option of another command
+  run -2 --separate-stderr dsec-place probe --nodes x
+  [[ $stderr == *"--nodes does not apply"* ]]
 }
 
 # The options dsec-run accepts for VERB ("" for before the command), one
@@ -227,8 +242,8 @@ dsec_run_accepted() {
     [[ $line == *"$opt="* ]] && arg==1
     status=0
     if [ -n "$verb" ]; then
-      out=$(dsec-run "$verb" "$opt$arg" "${extra[@]}" 2>&1 >/dev/null) ||
-        status=$?
+      out=$(dsec-run "$verb" "$opt$arg" "${extra[@]}" 2>&1 >/dev/null \
+        </dev/null) || status=$?
     else
       out=$(dsec-run "$opt$arg" 2>&1 >/dev/null) || status=$?
     fi
@@ -297,4 +312,6 @@ dsec_run_accepted() {
     <(helpers "$DSEC_SRCDIR/completions/bash/dsec-layer")
   diff <(helpers "$DSEC_SRCDIR/completions/bash/dsec-pull") \
     <(helpers "$DSEC_SRCDIR/completions/bash/dsec-run")
+  diff <(helpers "$DSEC_SRCDIR/completions/bash/dsec-pull") \
+    <(helpers "$DSEC_SRCDIR/completions/bash/dsec-place")
 }
