@@ -7,7 +7,7 @@ here=$(cd "$(dirname "$0")" && pwd)
 [ "$(id -u)" -eq 0 ] || { echo "rollout-python: needs root (dsec-run create)" >&2; exit 77; }
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
-export DSEC_ROOT="$tmp/root" DSEC_RUN="$tmp/run"
+export DSEC_ROOT="$tmp/root" DSEC_RUN="$tmp/run" DSEC_STORE="$tmp/root/store"
 "$here/mkrootfs-busybox.sh" "$tmp/busybox.tar.gz"
 dsec-pull --name busybox:rollout "tar:$tmp/busybox.tar.gz" >/dev/null
 
