@@ -52,6 +52,7 @@
 #include <sys/stat.h>
 #include <sys/statfs.h>
 #include <sys/syscall.h>
+#include <sys/uio.h>
 #include <sys/un.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -902,6 +903,9 @@ struct sup {
   double denial_window;   /* start of the current second */
   int denials_in_window;
   uint64_t denials_suppressed;
+  double process_window;
+  int processes_in_window;
+  uint64_t processes_suppressed;
   bool disk_full_seen;
   const char *end_state;
   char *end_cause;
@@ -1841,6 +1845,115 @@ static void listener_add(struct sup *s, int fd, uint64_t xid)
     listener_close(s, l);
 }
 
+#define PROCESSES_PER_SECOND 200
+
+/* A string of another process's memory (at most max bytes), or NULL. */
+static char *remote_string(pid_t pid, uint64_t addr, size_t max)
+{
+  char *buf = xmalloc(max + 1);
+  size_t got = 0;
+
+  while (got < max) {
+    /* never across a page boundary in one read: the next page may be
+     * unmapped */
+    size_t chunk = 4096 - ((addr + got) & 4095);
+    struct iovec local, remote;
+    ssize_t n;
+    char *nul;
+    if (chunk > max - got)
+      chunk = max - got;
+    local = (struct iovec){ buf + got, chunk };
+    remote = (struct iovec){ (void *) (uintptr_t) (addr + got), chunk };
+    n = process_vm_readv(pid, &local, 1, &remote, 1, 0);
+    if (n <= 0)
+      break;
+    nul = memchr(buf + got, '\0', (size_t) n);
+    got += (size_t) n;
+    if (nul) {
+      return buf;
+    }
+  }
+  if (got == 0) {
+    free(buf);
+    return NULL;
+  }
+  buf[got] = '\0'; /* cut at max */
+  return buf;
+}
+
+/* The argv of an execve in progress (at most 64 arguments of 1 KiB). */
+static json_t *remote_argv(pid_t pid, uint64_t addr)
+{
+  json_t *argv = json_array();
+  for (int i = 0; i < 64 && addr; i++) {
+    uint64_t p = 0;
+    struct iovec local = { &p, sizeof p };
+    struct iovec remote = { (void *) (uintptr_t) (addr + 8 * (uint64_t) i),
+                            sizeof p };
+    char *arg;
+    if (process_vm_readv(pid, &local, 1, &remote, 1, 0) != sizeof p || !p)
+      break;
+    arg = remote_string(pid, p, 1024);
+    if (!arg)
+      break;
+    json_array_append_new(argv, utf8_string(arg, strlen(arg)));
+    free(arg);
+  }
+  return argv;
+}
+
+/* A program start: recorded (at most PROCESSES_PER_SECOND a second), then
+ * let go on.  CONTINUE is fine here: nothing is decided on what was read. */
+static void process_started(struct sup *s, struct listener *l,
+                            struct seccomp_notif *req,
+                            struct seccomp_notif_resp *resp)
+{
+  bool at = req->data.nr == SCMP_SYS(execveat);
+  pid_t pid = (pid_t) req->pid;
+  double now = now_ms();
+
+  if (now - s->process_window >= 1000) {
+    if (s->processes_suppressed)
+      sup_event(s, json_pack("{s:s, s:I}", "type", "process_suppressed",
+                             "count", (json_int_t) s->processes_suppressed));
+    s->process_window = now;
+    s->processes_in_window = 0;
+    s->processes_suppressed = 0;
+  }
+  if (s->processes_in_window++ < PROCESSES_PER_SECOND) {
+    _cleanup_free_ char *path = remote_string(pid, req->data.args[at ? 1 : 0],
+                                              4096);
+    _cleanup_free_ char *seen = NULL;
+    json_t *argv;
+    /* a PATH search tries names that do not exist: those execs fail and
+     * are not program starts (only for a plain execve of a path) */
+    if (path && !at) {
+      struct stat st;
+      seen = xasprintf("/proc/%d/%s/%s", (int) pid,
+                       path[0] == '/' ? "root" : "cwd", path);
+      if (stat(seen, &st) < 0 && errno == ENOENT)
+        goto answer;
+    }
+    argv = remote_argv(pid, req->data.args[at ? 2 : 1]);
+    /* read before answering, and only trusted if the call is still the
+     * same one (the process could have died and its pid be reused) */
+    if (seccomp_notify_id_valid(l->fd, req->id) == 0)
+      sup_event(s, json_pack("{s:s, s:o, s:o, s:i, s:O}", "type", "process",
+                             "path", path ? utf8_string(path, strlen(path))
+                                          : json_null(),
+                             "argv", argv, "pid", (int) pid, "seq",
+                             l->seq ? l->seq : json_null()));
+    else
+      json_decref(argv);
+  } else
+    s->processes_suppressed++;
+answer:
+  memset(resp, 0, sizeof *resp);
+  resp->id = req->id;
+  resp->flags = SECCOMP_USER_NOTIF_FLAG_CONTINUE;
+  seccomp_notify_respond(l->fd, resp);
+}
+
 /* A denied call: answered with its error, recorded as an event (at most
  * DENIALS_PER_SECOND a second; the rest are counted). */
 static void listener_ready(struct sup *s, struct listener *l, uint32_t events)
@@ -1858,6 +1971,10 @@ static void listener_ready(struct sup *s, struct listener *l, uint32_t events)
     memset(req, 0, sizeof *req);
     if (seccomp_notify_receive(l->fd, req) == 0) {
       nr = req->data.nr;
+      if (nr == SCMP_SYS(execve) || nr == SCMP_SYS(execveat)) {
+        process_started(s, l, req, resp);
+        return;
+      }
       memset(resp, 0, sizeof *resp);
       resp->id = req->id;
       resp->error = -dsec_seccomp_denial_errno(nr, (unsigned long) req->data.args[1]);

@@ -123,6 +123,12 @@ int dsec_seccomp_build(struct dsec_bpf *out, bool notify,
                          SCMP_SYS(ioctl), 1,
                          SCMP_A1(SCMP_CMP_MASKED_EQ, 0xffffUL,
                                  denied_ioctls[i].cmd16));
+  /* with a listener, every program start is reported too (and let run):
+   * the audit trail's "process" events */
+  if (notify && r == 0)
+    r = seccomp_rule_add(ctx, SCMP_ACT_NOTIFY, SCMP_SYS(execve), 0);
+  if (notify && r == 0)
+    r = seccomp_rule_add(ctx, SCMP_ACT_NOTIFY, SCMP_SYS(execveat), 0);
   if (r < 0) {
     seccomp_release(ctx);
     return dsec_fail(err, -r, "cannot build the seccomp filter");
