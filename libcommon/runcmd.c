@@ -2,6 +2,7 @@
 
 #include "runcmd.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <getopt.h>
@@ -10,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/signalfd.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
@@ -24,6 +26,7 @@
 #include "fsutil.h"
 #include "image.h"
 #include "process.h"
+#include "lock.h"
 #include "log.h"
 #include "sandbox.h"
 #include "spec.h"
@@ -60,6 +63,7 @@ enum {
   OPT_FOLLOW,
   OPT_RELEASE,
   OPT_COUNT,
+  OPT_SIZE,
 };
 
 static const struct option long_options[] = {
@@ -88,6 +92,7 @@ static const struct option long_options[] = {
   { "result", required_argument, NULL, OPT_RESULT },
   { "rm", no_argument, NULL, OPT_RM },
   { "seq", required_argument, NULL, OPT_SEQ },
+  { "size", required_argument, NULL, OPT_SIZE },
   { "spec", required_argument, NULL, OPT_SPEC },
   { "stdin", required_argument, NULL, OPT_STDIN },
   { "timeout", required_argument, NULL, OPT_TIMEOUT },
@@ -123,6 +128,8 @@ static void help(void)
          "                                       and free everything)\n"
          "  resume ID                            thaw, or boot from the checkpoint\n"
          "  fork [--count N] ID                  N new sandboxes from its state\n"
+         "  pool [CREATE OPTION]... [--size N]   keep N sandboxes of a spec ready\n"
+         "                                       for create to claim\n"
          "  serve                                JSON Lines requests on stdin,\n"
          "                                       answers with their rid on stdout\n"
          "  kill ID [SIGNAL]                     signal every process in it\n"
@@ -158,6 +165,7 @@ static void help(void)
          "      --result=FILE      (run) also write the JSON result to FILE\n"
          "      --rm               (run) remove the sandbox afterwards\n"
          "      --seq=N            the request's sequence number\n"
+         "      --size=N           (pool) how many to keep ready (default 4)\n"
          "      --stdin=FILE       the command's standard input\n"
          "      --timeout=S        kill the command after S seconds\n"
          "\n"
@@ -223,12 +231,14 @@ static const char *const verbs[] = { "create",  "exec",       "run",
                                      "ps",      "inspect",    "events",
                                      "rm",      "kill",       "trajectory",
                                      "checkpoint", "suspend", "resume",
-                                     "fork",    "serve",      NULL };
+                                     "fork",    "serve",      "pool",
+                                     NULL };
 
 /* Which verbs an option belongs to. */
 static bool option_ok(const char *verb, int opt)
 {
-  bool create = strcmp(verb, "create") == 0 || strcmp(verb, "run") == 0;
+  bool create = strcmp(verb, "create") == 0 || strcmp(verb, "run") == 0 ||
+                strcmp(verb, "pool") == 0;
   switch (opt) {
   case OPT_SPEC: case OPT_IMAGE: case OPT_LAYER: case OPT_BACKEND:
   case OPT_CPUS: case OPT_MEMORY: case OPT_PIDS: case OPT_DISK:
@@ -236,11 +246,14 @@ static bool option_ok(const char *verb, int opt)
   case OPT_TTL: case OPT_IDLE_TIMEOUT:
     return create;
   case OPT_NAME:
-    return create || strcmp(verb, "checkpoint") == 0;
+    return (create && strcmp(verb, "pool") != 0) ||
+           strcmp(verb, "checkpoint") == 0;
   case OPT_RELEASE:
     return strcmp(verb, "suspend") == 0;
   case OPT_COUNT:
     return strcmp(verb, "fork") == 0;
+  case OPT_SIZE:
+    return strcmp(verb, "pool") == 0;
   case OPT_LABEL:
     return create || strcmp(verb, "ps") == 0;
   case OPT_ENV: case OPT_WORKDIR:
@@ -438,6 +451,13 @@ static int parse(int argc, char **argv, struct opts *o, bool *exit_now)
     case OPT_RELEASE:
       o->release = true;
       break;
+    case OPT_SIZE: {
+      uint64_t n;
+      if (dsec_parse_uint(optarg, 4096, &n) < 0 || n == 0)
+        return dsec_usage_error("--size takes 1 to 4096");
+      o->count = (int) n;
+      break;
+    }
     case OPT_COUNT: {
       uint64_t n;
       if (dsec_parse_uint(optarg, 1024, &n) < 0 || n == 0)
@@ -523,6 +543,10 @@ static int parse(int argc, char **argv, struct opts *o, bool *exit_now)
     return dsec_usage_error("%s: give one sandbox ID", o->verb);
   if (strcmp(o->verb, "fork") == 0 && o->count == 0)
     o->count = 1;
+  if (strcmp(o->verb, "pool") == 0 && (o->nargs || o->cmd))
+    return dsec_usage_error("pool takes no arguments");
+  if (strcmp(o->verb, "pool") == 0 && o->count == 0)
+    o->count = 4;
   if (strcmp(o->verb, "serve") == 0 && o->nargs)
     return dsec_usage_error("serve takes no arguments (requests come on "
                             "standard input)");
@@ -616,6 +640,114 @@ static char *layer_dir(struct dsec_store *s, const char *digest,
 }
 
 /* Creates the sandbox; *id gets its id. */
+/* ---- warm pools
+ *
+ * $DSEC_ROOT/pools/<key>/ holds a pool's spec and, under ready/, one empty
+ * file per idle sandbox it keeps.  <key> is the sha256 of the spec as
+ * validated, without name and labels: a create whose spec has the same
+ * key claims a ready sandbox by renaming its file (one claimer wins), and
+ * gets it named and labelled as it asked. */
+
+static char *pools_dir(void)
+{
+  _cleanup_free_ char *root = dsec_root_dir();
+  return xasprintf("%s/pools", root);
+}
+
+/* The pool key of a validated spec (new string, 64 hex digits). */
+static char *pool_key(json_t *spec)
+{
+  json_t *k = json_deep_copy(spec);
+  char d[DSEC_DIGEST_LEN + 1];
+  char *text;
+  json_object_del(k, "name");
+  json_object_del(k, "labels");
+  text = json_dumps(k, JSON_COMPACT | JSON_SORT_KEYS | JSON_REAL_PRECISION(10));
+  dsec_sha256_buf(text, strlen(text), d);
+  free(text);
+  json_decref(k);
+  return xstrdup(dsec_digest_hex(d));
+}
+
+static json_t *read_json_in(const char *id, const char *file);
+
+/* Claims a ready sandbox of the pool for spec, if there is one: it gets
+ * spec's name and labels.  Returns 1 with *id_out and *record, 0 when no
+ * pool has one. */
+static int pool_claim(json_t *spec, char **id_out, json_t **record,
+                      struct dsec_error **err)
+{
+  _cleanup_free_ char *pools = pools_dir();
+  _cleanup_free_ char *key = pool_key(spec);
+  _cleanup_free_ char *ready = xasprintf("%s/%s/ready", pools, key);
+  _cleanup_free_ char *claimed = xasprintf("%s/%s/claimed", pools, key);
+  _cleanup_closedir_ DIR *d = opendir(ready);
+  struct dirent *de;
+
+  if (!d)
+    return 0;
+  mkdir(claimed, 0700);
+  while ((de = readdir(d))) {
+    _cleanup_free_ char *from = NULL;
+    _cleanup_free_ char *to = NULL;
+    _cleanup_json_ json_t *st = NULL;
+    _cleanup_error_ struct dsec_error *e = NULL;
+    const char *state;
+
+    if (!dsec_sandbox_id_valid(de->d_name))
+      continue;
+    from = xasprintf("%s/%s", ready, de->d_name);
+    to = xasprintf("%s/%s", claimed, de->d_name);
+    if (rename(from, to) < 0)
+      continue; /* another create took it */
+    unlink(to);
+    st = dsec_sandbox_status(de->d_name, &e);
+    state = st ? json_string_value(json_object_get(st, "state")) : NULL;
+    if (!state || strcmp(state, "running") != 0) {
+      dsec_sandbox_stop(de->d_name, true, NULL);
+      continue;
+    }
+    {
+      /* it is the caller's now: its name and labels */
+      _cleanup_json_ json_t *was = read_json_in(de->d_name, "spec.json");
+      _cleanup_free_ char *dir = dsec_sandbox_dir(de->d_name);
+      _cleanup_close_ int dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+      char *text;
+      const char *name = json_string_value(json_object_get(spec, "name"));
+      if (!was || dfd < 0)
+        continue;
+      if (name && dsec_sandbox_name_claim(name, de->d_name, err) < 0) {
+        /* put it back for someone else */
+        int fd = open(from, O_CREAT | O_WRONLY | O_CLOEXEC, 0644);
+        if (fd >= 0)
+          close(fd);
+        return -1;
+      }
+      json_object_set(was, "labels", json_object_get(spec, "labels"));
+      if (name)
+        json_object_set_new(was, "name", json_string(name));
+      text = json_dumps(was, JSON_COMPACT | JSON_REAL_PRECISION(10));
+      dsec_write_file_replace(dfd, "spec.json", text, strlen(text), 0644, NULL);
+      free(text);
+      if (name) {
+        json_object_set_new(st, "name", json_string(name));
+        dsec_sandbox_state_write(de->d_name, st, NULL);
+      }
+    }
+    *record = sandbox_record(de->d_name, st);
+    json_object_set_new(*record, "pool", json_string(key));
+    *id_out = xstrdup(de->d_name);
+    {
+      _cleanup_error_ struct dsec_error *ee = NULL;
+      json_t *ev = json_pack("{s:s, s:s}", "type", "claimed", "pool", key);
+      dsec_event_append(-1, de->d_name, ev, &ee);
+      json_decref(ev);
+    }
+    return 1;
+  }
+  return 0;
+}
+
 /* Creates a sandbox from a validated spec (stolen).  With reuse_id, boots
  * that existing sandbox again (resume of a released one): same id,
  * directory, trajectory and name; a fresh writable layer. */
@@ -892,8 +1024,15 @@ static int do_create(struct opts *o, char **id_out, json_t **record,
                      struct dsec_error **err)
 {
   json_t *spec = build_spec(o, err);
+  int r;
   if (!spec)
     return -1;
+  /* a warm pool of the same spec hands one over at once */
+  r = pool_claim(spec, id_out, record, err);
+  if (r != 0) {
+    json_decref(spec);
+    return r < 0 ? -1 : 0;
+  }
   return create_sandbox(spec, NULL, id_out, record, err);
 }
 
@@ -1216,6 +1355,8 @@ static json_t *ps_list(struct opts *o, struct dsec_error **err)
     if (!labels_match(spec, o->label_filter))
       continue;
     rec = sandbox_record(id, st);
+    if (!json_object_get(rec, "name") && json_object_get(spec, "name"))
+      json_object_set(rec, "name", json_object_get(spec, "name"));
     json_object_set(rec, "image", json_object_get(spec, "image"));
     json_object_set(rec, "labels", json_object_get(spec, "labels"));
     json_array_append_new(out, rec);
@@ -1624,7 +1765,10 @@ static _Noreturn void serve_child(json_t *req)
       json_decref(spec);
       ret = -1;
     } else {
-      ret = create_sandbox(spec, NULL, &id, &rec, &err);
+      int r = pool_claim(spec, &id, &rec, &err);
+      if (r != 0)
+        json_decref(spec);
+      ret = r < 0 ? -1 : r > 0 ? 0 : create_sandbox(spec, NULL, &id, &rec, &err);
       if (ret == 0)
         ret = dsec_json_print_new(rec, &err);
     }
@@ -1823,6 +1967,135 @@ static int do_serve(struct dsec_error **err)
   return 0;
 }
 
+/* ---- pool: keeps --size sandboxes of a spec ready to be claimed, in
+ * the foreground, until SIGINT or SIGTERM; then removes what is left. */
+static int pool_ready_count(const char *ready, json_t *alive)
+{
+  _cleanup_closedir_ DIR *d = opendir(ready);
+  struct dirent *de;
+  int n = 0;
+
+  if (!d)
+    return 0;
+  while ((de = readdir(d))) {
+    _cleanup_json_ json_t *st = NULL;
+    _cleanup_error_ struct dsec_error *e = NULL;
+    const char *state;
+    if (!dsec_sandbox_id_valid(de->d_name))
+      continue;
+    st = dsec_sandbox_status(de->d_name, &e);
+    state = st ? json_string_value(json_object_get(st, "state")) : NULL;
+    if (!state || strcmp(state, "running") != 0) {
+      /* died (or expired) while waiting: replaced */
+      _cleanup_free_ char *f = xasprintf("%s/%s", ready, de->d_name);
+      unlink(f);
+      dsec_sandbox_stop(de->d_name, true, NULL);
+      continue;
+    }
+    json_array_append_new(alive, json_string(de->d_name));
+    n++;
+  }
+  return n;
+}
+
+static int do_pool(struct opts *o, struct dsec_error **err)
+{
+  _cleanup_json_ json_t *spec = build_spec(o, err);
+  _cleanup_free_ char *pools = pools_dir();
+  _cleanup_free_ char *key = NULL;
+  _cleanup_free_ char *dir = NULL;
+  _cleanup_free_ char *ready = NULL;
+  _cleanup_close_ int lock = -1;
+  _cleanup_close_ int sfd = -1;
+  sigset_t mask;
+  int ret = 0;
+
+  if (!spec)
+    return -1;
+  key = pool_key(spec);
+  dir = xasprintf("%s/%s", pools, key);
+  ready = xasprintf("%s/ready", dir);
+  if (dsec_mkdir_p(AT_FDCWD, ready, 0700, err) < 0)
+    return -1;
+  {
+    _cleanup_close_ int dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    char *text = json_dumps(spec, JSON_COMPACT | JSON_REAL_PRECISION(10));
+    lock = dfd < 0 ? -1 : dsec_lock_at(dfd, "lock", DSEC_LOCK_EXCLUSIVE, true,
+                                       err);
+    if (lock < 0) {
+      free(text);
+      if (err && *err && (*err)->errnum == EWOULDBLOCK)
+        (*err)->status = DSEC_EXIT_INPUT;
+      return dsec_error_wrap(err, "a pool of this spec is already kept");
+    }
+    ret = dsec_write_file_replace(dfd, "spec.json", text, strlen(text), 0644,
+                                  err);
+    free(text);
+    if (ret < 0)
+      return -1;
+  }
+  sigemptyset(&mask);
+  sigaddset(&mask, SIGINT);
+  sigaddset(&mask, SIGTERM);
+  sigaddset(&mask, SIGHUP);
+  sigprocmask(SIG_BLOCK, &mask, NULL);
+  sfd = signalfd(-1, &mask, SFD_CLOEXEC);
+  if (dsec_json_print_new(json_pack("{s:s, s:s, s:i}", "type", "pool", "pool",
+                                    key, "size", o->count), err) < 0)
+    return -1;
+
+  for (;;) {
+    _cleanup_json_ json_t *alive = json_array();
+    struct pollfd pf = { sfd, POLLIN, 0 };
+    int have = pool_ready_count(ready, alive);
+
+    for (; have < o->count; have++) {
+      _cleanup_error_ struct dsec_error *e = NULL;
+      _cleanup_free_ char *id = NULL;
+      json_t *s2 = json_deep_copy(spec), *rec = NULL;
+      json_t *labels = json_object_get(s2, "labels");
+      json_object_set_new(labels, "dsec.pool", json_string(key));
+      if (create_sandbox(s2, NULL, &id, &rec, &e) < 0) {
+        dsec_log(DSEC_LOG_ERROR, e->errnum, "pool: %s", e->msg);
+        break; /* tried again at the next round */
+      }
+      {
+        _cleanup_free_ char *f = xasprintf("%s/%s", ready, id);
+        int fd = open(f, O_CREAT | O_WRONLY | O_CLOEXEC, 0644);
+        if (fd >= 0)
+          close(fd);
+      }
+      json_object_set_new(rec, "type", json_string("pooled"));
+      json_object_set_new(rec, "pool", json_string(key));
+      if (dsec_json_print_new(rec, err) < 0)
+        return -1;
+    }
+    if (poll(&pf, 1, 100) > 0)
+      break;
+  }
+
+  /* stopping: what nobody claimed goes */
+  {
+    _cleanup_closedir_ DIR *d = opendir(ready);
+    struct dirent *de;
+    while (d && (de = readdir(d))) {
+      _cleanup_free_ char *f = NULL;
+      _cleanup_free_ char *gone = NULL;
+      if (!dsec_sandbox_id_valid(de->d_name))
+        continue;
+      f = xasprintf("%s/%s", ready, de->d_name);
+      gone = xasprintf("%s/.stop-%s", dir, de->d_name);
+      if (rename(f, gone) < 0)
+        continue; /* claimed just now */
+      unlink(gone);
+      dsec_sandbox_stop(de->d_name, true, NULL);
+    }
+  }
+  dsec_rm_rf_at(AT_FDCWD, dir, NULL);
+  return dsec_json_print_new(json_pack("{s:s, s:s}", "type", "pool_stopped",
+                                       "pool", key), err);
+}
+
 int dsec_runcmd_main(int argc, char **argv)
 {
   struct dsec_error *err = NULL;
@@ -1884,6 +2157,8 @@ int dsec_runcmd_main(int argc, char **argv)
     ret = do_fork(&o, &err);
   else if (strcmp(o.verb, "serve") == 0)
     ret = do_serve(&err);
+  else if (strcmp(o.verb, "pool") == 0)
+    ret = do_pool(&o, &err);
 
   if (ret < 0) {
     status = dsec_cli_error(steal_pointer(&err));

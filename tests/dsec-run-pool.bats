@@ -1,0 +1,112 @@
+#!/usr/bin/env bats
+# dsec-run pool: warm sandboxes that create claims.
+
+bats_require_minimum_version 1.5.0
+load helpers/common
+
+setup() {
+  common_setup
+  require_root
+  # bats' own temporary directories are 0700: the sandboxes' run dir
+  # lives elsewhere, removed in teardown
+  DSEC_RUN=$(mktemp -d /tmp/dsec-pool-run.XXXXXX)
+  export DSEC_RUN
+  dsec-pull --name busybox:1 "tar:$(busybox_tar)" >/dev/null
+  POOL_PID=
+}
+
+teardown() {
+  if [ -n "$POOL_PID" ]; then
+    kill -TERM "$POOL_PID" 2>/dev/null || true
+    wait "$POOL_PID" 2>/dev/null || true
+  fi
+  local ids
+  ids=$(dsec-run ps --all 2>/dev/null | jq -r .id)
+  # shellcheck disable=SC2086
+  [ -z "$ids" ] || dsec-run rm --force $ids >/dev/null 2>&1 || true
+  for id in $ids; do
+    ! ls -d /sys/fs/cgroup/*/dsec/"$id" 2>/dev/null
+  done
+  rm -rf "$DSEC_RUN"
+}
+
+# waits (10 s at most) until the pool keeps N sandboxes
+pool_ready() {
+  local n=$1 i
+  for i in $(seq 100); do
+    [ "$(ls "$DSEC_ROOT"/pools/*/ready 2>/dev/null | grep -c '^sb-')" -ge "$n" ] &&
+      return 0
+    sleep 0.1
+  done
+  return 1
+}
+
+start_pool() {
+  dsec-run pool "$@" >"$BATS_TEST_TMPDIR/pool.out" 2>"$BATS_TEST_TMPDIR/pool.err" &
+  POOL_PID=$!
+}
+
+@test "pool: keeps --size sandboxes, visible to ps, labelled with the pool" {
+  start_pool --image busybox:1 --memory 64 --size 2
+  pool_ready 2
+  run -0 --separate-stderr dsec-run ps
+  [ "$(jq -s 'length' <<<"$output")" -eq 2 ]
+  jq -e -s 'all(.[]; .labels["dsec.pool"] | length == 64)' <<<"$output"
+}
+
+@test "pool: a create of the same spec claims one, with its name and labels, and the pool refills" {
+  start_pool --image busybox:1 --memory 64 --size 2
+  pool_ready 2
+  local pooled
+  pooled=$(ls "$DSEC_ROOT"/pools/*/ready)
+  run -0 --separate-stderr dsec-run create --image busybox:1 --memory 64 \
+    --name mine --label job=7
+  jq -e '.type == "sandbox" and .state == "running" and (.pool | length == 64)' <<<"$output"
+  local id
+  id=$(jq -r .id <<<"$output")
+  grep -qx "$id" <<<"$pooled"
+  run -0 --separate-stderr dsec-run exec mine -- echo claimed
+  jq -e '.stdout == "claimed\n"' <<<"$output"
+  run -0 --separate-stderr dsec-run ps --label job=7
+  jq -e --arg id "$id" '.id == $id and .name == "mine" and .labels == {"job":"7"}' <<<"$output"
+  # refilled: two ready again, neither of them the claimed one
+  pool_ready 2
+  ! ls "$DSEC_ROOT"/pools/*/ready | grep -qx "$id"
+}
+
+@test "pool: a different spec is not served from the pool" {
+  start_pool --image busybox:1 --memory 64 --size 1
+  pool_ready 1
+  run -0 --separate-stderr dsec-run create --image busybox:1 --memory 128
+  jq -e 'has("pool") | not' <<<"$output"
+}
+
+@test "pool: serve's create claims too" {
+  start_pool --image busybox:1 --size 1
+  pool_ready 1
+  run -0 --separate-stderr dsec-run serve <<<'{"op":"create","rid":1,"spec":{"image":"busybox:1"}}'
+  jq -e '.rid == 1 and (.pool | length == 64)' <<<"$output"
+}
+
+@test "pool: a second pool of the same spec is refused; stopping removes what was not claimed" {
+  start_pool --image busybox:1 --size 2
+  pool_ready 2
+  run -3 --separate-stderr dsec-run pool --image busybox:1 --size 2
+  [[ $stderr == *"already"* ]]
+  run -0 --separate-stderr dsec-run create --image busybox:1
+  local kept
+  kept=$(jq -r .id <<<"$output")
+  kill -TERM "$POOL_PID"
+  wait "$POOL_PID" || true
+  POOL_PID=
+  jq -e -s 'last | .type == "pool_stopped"' "$BATS_TEST_TMPDIR/pool.out"
+  run -0 --separate-stderr dsec-run ps
+  [ "$(jq -r .id <<<"$output")" = "$kept" ]
+  [ -z "$(ls -A "$DSEC_ROOT/pools")" ]
+}
+
+@test "pool: usage errors" {
+  run -2 --separate-stderr dsec-run pool --image busybox:1 --size 0
+  run -2 --separate-stderr dsec-run pool --image busybox:1 extra-argument
+  run -2 --separate-stderr dsec-run create --image busybox:1 --size 2
+}
