@@ -1316,8 +1316,12 @@ static void traj_load(struct sup *s)
   while ((n = getline(&line, &cap, f)) > 0) {
     json_t *rec = json_loadb(line, (size_t) n, 0, NULL);
     json_t *seq = json_object_get(rec, "seq");
-    if (json_is_integer(seq))
+    if (json_is_integer(seq) &&
+        strcmp(json_string_value(json_object_get(rec, "type")) ?: "", "exec") == 0) {
       traj_note(s, json_integer_value(seq), off, (size_t) n);
+      json_decref(s->last_seq);
+      s->last_seq = json_incref(seq);
+    }
     json_decref(rec);
     off += n;
   }
@@ -2511,22 +2515,22 @@ static int mount_rootfs(struct sup *s, struct dsec_container_opts *o,
     return dsec_fail(err, errno, "cannot create %s", work);
   if (chown(upper, base, base) < 0 || chown(work, base, base) < 0)
     return dsec_fail(err, errno, "cannot give the upper dir to the sandbox");
-  if (s->fncall)
-    opts = xasprintf("lowerdir=%s", lowers);
-  else
-    /* volatile: no syncs to the upper file system (an unmount with them
-     * syncs the whole file system, milliseconds on a busy disk); a
-     * sandbox's writable layer does not outlive a host crash anyway */
-    opts = xasprintf("lowerdir=%s,upperdir=%s,workdir=%s,userxattr,volatile",
-                     lowers, upper, work);
+  /* Overlay metadata (whiteouts, opaque directories) is in trusted.*
+   * xattrs as root made the layers, in user.* rootless (userxattr).
+   * volatile: no syncs to the upper file system (an unmount with them syncs
+   * the whole file system, milliseconds on a busy disk); a sandbox's
+   * writable layer does not outlive a host crash anyway. */
+  {
+    const char *x = s->rootless ? ",userxattr" : "";
+    if (s->fncall)
+      opts = xasprintf("lowerdir=%s%s", lowers, x);
+    else
+      opts = xasprintf("lowerdir=%s,upperdir=%s,workdir=%s%s,volatile",
+                       lowers, upper, work, x);
+  }
   if (fchdir(s->run_fd) < 0)
     return dsec_fail(err, errno, "cannot enter %s", s->run);
-  if (mount("overlay", "rootfs", "overlay", MS_NOSUID | MS_NODEV, opts) < 0 &&
-      (s->fncall ||
-       /* userxattr is for unprivileged overlays; plain otherwise */
-       (free(opts), opts = xasprintf("lowerdir=%s,upperdir=%s,workdir=%s,"
-                                     "volatile", lowers, upper, work),
-        mount("overlay", "rootfs", "overlay", MS_NOSUID | MS_NODEV, opts) < 0)))
+  if (mount("overlay", "rootfs", "overlay", MS_NOSUID | MS_NODEV, opts) < 0)
     return dsec_fail(err, errno, "cannot mount the overlay");
   if (chdir("/") < 0)
     return dsec_fail(err, errno, "chdir /");
@@ -2580,6 +2584,7 @@ static void *attach_main(void *arg)
 _Noreturn void dsec_supervisor_main(struct dsec_container_opts *o)
 {
   struct attach_job attach = { 0 };
+  char created[64];
   pthread_t attach_thread;
   bool attach_started = false;
   struct sup sv = { 0 }, *s = &sv;
@@ -2868,6 +2873,15 @@ _Noreturn void dsec_supervisor_main(struct dsec_container_opts *o)
     goto fail;
   }
 
+  {
+    /* the creator's time (a resumed sandbox keeps its first one) */
+    _cleanup_json_ json_t *old = dsec_sandbox_state_read(o->id, NULL);
+    const char *c = json_string_value(json_object_get(old, "created"));
+    if (c && *c)
+      snprintf(created, sizeof created, "%s", c);
+    else
+      snprintf(created, sizeof created, "%s", now);
+  }
   s->state = json_pack("{s:s, s:s, s:s, s:s, s:i, s:I, s:i, s:s, s:o, s:s, "
                        "s:s}",
                        "type", "sandbox", "id", o->id, "state", "running",
@@ -2875,7 +2889,7 @@ _Noreturn void dsec_supervisor_main(struct dsec_container_opts *o)
                        json_string_value(json_object_get(o->spec, "backend")),
                        "supervisor_pid", (int) getpid(), "supervisor_start",
                        (json_int_t) dsec_process_starttime(getpid()),
-                       "init_pid", (int) s->init_pid, "created", now, "cgroup",
+                       "init_pid", (int) s->init_pid, "created", created, "cgroup",
                        dsec_cgroup_to_json(s->cg), "rootfs", "", "socket", "");
   {
     _cleanup_free_ char *rootfs = xasprintf("%s/rootfs", s->run);

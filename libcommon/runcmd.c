@@ -922,6 +922,12 @@ static int create_sandbox(json_t *spec_in, const char *reuse_id, char **id_out,
                    id, "state", "creating", "created", now, "supervisor_pid",
                    (int) pid, "supervisor_start",
                    (json_int_t) dsec_process_starttime(pid));
+    if (reuse_id) {
+      /* a resumed sandbox keeps the time it was first created */
+      _cleanup_json_ json_t *old = dsec_sandbox_state_read(id, NULL);
+      if (json_is_string(json_object_get(old, "created")))
+        json_object_set(st, "created", json_object_get(old, "created"));
+    }
     if (ret == 0) {
       text = json_dumps(st, JSON_COMPACT);
       ret = dsec_write_file_replace(dfd, "state.json", text, strlen(text),

@@ -404,7 +404,8 @@ int dsec_sandbox_stop(const char *id, bool force, struct dsec_error **err)
   sup = (pid_t) json_integer_value(json_object_get(st, "supervisor_pid"));
   start = (uint64_t) json_integer_value(json_object_get(st, "supervisor_start"));
   if (dsec_process_alive(sup, start)) {
-    if (!force && state && strcmp(state, "running") == 0) {
+    if (!force && state && (strcmp(state, "running") == 0 ||
+                            strcmp(state, "suspended") == 0)) {
       struct dsec_conn *c = NULL;
       _cleanup_error_ struct dsec_error *e = NULL;
       if (dsec_conn_open(id, &c, &e) == 0) {

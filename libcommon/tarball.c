@@ -993,6 +993,8 @@ static int add_marker(struct creator *c, const char *arcname,
   archive_entry_set_filetype(e, AE_IFREG);
   archive_entry_set_perm(e, 0);
   archive_entry_set_size(e, 0);
+  /* a file of its own: not a hardlink of the previous marker */
+  archive_entry_set_nlink(e, 1);
   archive_entry_set_mtime(e, like->st_mtim.tv_sec, like->st_mtim.tv_nsec);
   ret = write_entry(c, e, -1, err);
   archive_entry_free(e);
