@@ -2177,8 +2177,20 @@ static void sup_timers(struct sup *s)
   if (s->ttl_s > 0 && now >= s->start_ms + (double) s->ttl_s * 1000)
     sup_teardown(s, "expired", "ttl");
   if (s->idle_s > 0 && s->njobs == 0 && !s->suspended &&
-      now >= s->last_activity_ms + (double) s->idle_s * 1000)
+      now >= s->last_activity_ms + (double) s->idle_s * 1000) {
+    const char *action = json_string_value(json_object_get(s->spec,
+                                                           "idle_action"));
+    if (action && strcmp(action, "suspend") == 0) {
+      /* idle_action suspend: checkpoint and release, resumable later */
+      json_t *r = sup_suspend(s, true, NULL);
+      bool ok = s->end_state != NULL;
+      json_decref(r);
+      if (ok)
+        sup_teardown(s, "suspended", "idle");
+      /* a failed checkpoint: the sandbox is removed as an idle one */
+    }
     sup_teardown(s, "expired", "idle");
+  }
 }
 
 _Noreturn static void sup_loop(struct sup *s)
@@ -2902,6 +2914,11 @@ _Noreturn void dsec_supervisor_main(struct dsec_container_opts *o)
   }
   if ((v = json_object_get(o->spec, "name")))
     json_object_set(s->state, "name", v);
+  {
+    _cleanup_free_ char *boot = dsec_boot_id();
+    if (boot)
+      json_object_set_new(s->state, "boot_id", json_string(boot));
+  }
   sup_write_state(s);
   sup_event(s, json_pack("{s:s, s:s, s:O}", "type", "created", "backend",
                          json_string_value(json_object_get(o->spec, "backend")),

@@ -777,10 +777,6 @@ static int create_sandbox(json_t *spec_in, const char *reuse_id, char **id_out,
              "proxy") == 0)
     return dsec_bad_input(err, "network mode \"proxy\" is not available in "
                                "this version of dsec");
-  if (strcmp(json_string_value(json_object_get(spec, "idle_action")),
-             "suspend") == 0)
-    return dsec_bad_input(err, "idle_action \"suspend\" is not available in "
-                               "this version of dsec");
   if (geteuid() != 0) {
     /* rootless: one id is ours to map (root inside is us outside), and
      * loop devices are root's */
@@ -1734,6 +1730,14 @@ static int do_fork(struct opts *o, struct dsec_error **err)
                                       "exit_code", e ? e->status : 1),
                             err) < 0)
       return -1;
+  }
+  {
+    _cleanup_error_ struct dsec_error *e = NULL;
+    json_t *ev = json_pack("{s:s, s:s, s:i, s:i}", "type", "forked",
+                           "checkpoint", cp, "count", o->count, "failed",
+                           failed);
+    dsec_event_append(-1, id, ev, &e);
+    json_decref(ev);
   }
   if (failed)
     return dsec_fail(err, 0, "%d of %d forks failed", failed, o->count);

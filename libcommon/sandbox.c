@@ -299,9 +299,16 @@ json_t *dsec_sandbox_status(const char *id, struct dsec_error **err)
                 strcmp(state, "suspended") == 0 ||
                 strcmp(state, "stopping") == 0) &&
       !dsec_process_alive((pid_t) pid, (uint64_t) start)) {
+    _cleanup_free_ char *boot = dsec_boot_id();
+    const char *was = json_string_value(json_object_get(st, "boot_id"));
     json_object_set_new(st, "state", json_string("died"));
+    /* a host that rebooted since is told apart: the trainer masks infra
+     * failures out of rewards by this cause */
     if (!json_object_get(st, "cause"))
-      json_object_set_new(st, "cause", json_string("supervisor killed"));
+      json_object_set_new(st, "cause",
+                          json_string(was && boot && strcmp(was, boot) != 0
+                                        ? "node reboot"
+                                        : "supervisor killed"));
   }
   return st;
 }
@@ -460,4 +467,13 @@ int dsec_sandbox_stop(const char *id, bool force, struct dsec_error **err)
   }
   dsec_sandbox_remove_files(id, spec);
   return 0;
+}
+
+char *dsec_boot_id(void)
+{
+  char *b = dsec_read_file_at(AT_FDCWD, "/proc/sys/kernel/random/boot_id", 128,
+                              NULL, NULL);
+  if (b)
+    b[strcspn(b, "\n")] = '\0';
+  return b;
 }

@@ -71,4 +71,7 @@ int dsec_sandbox_stop(const char *id, bool force, struct dsec_error **err);
 int dsec_event_append(int fd, const char *id, json_t *event,
                       struct dsec_error **err);
 
+/* This boot's id (/proc/sys/kernel/random/boot_id), new, or NULL. */
+char *dsec_boot_id(void);
+
 #endif
