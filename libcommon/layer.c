@@ -859,6 +859,16 @@ json_t *dsec_sandbox_references(struct dsec_error **err)
       if (ld)
         json_object_set_new(refs, ld, json_string(de->d_name));
     }
+    {
+      /* its last checkpoint: what a resume or a fork boots from */
+      _cleanup_free_ char *sp = xasprintf("%s/%s/state.json", dir, de->d_name);
+      _cleanup_free_ char *sbuf = dsec_read_file_at(AT_FDCWD, sp, 1 << 20,
+                                                    &len, NULL);
+      _cleanup_json_ json_t *st = sbuf ? json_loadb(sbuf, len, 0, NULL) : NULL;
+      const char *cp = json_string_value(json_object_get(st, "checkpoint"));
+      if (cp)
+        json_object_set_new(refs, cp, json_string(de->d_name));
+    }
   }
   (void) err;
   return refs;

@@ -53,8 +53,9 @@ int dsec_store_rm(struct dsec_store *s, const char *ref, bool force,
                   json_t *removed, struct dsec_error **err);
 
 /* Digests in use by sandboxes under $DSEC_ROOT/sandboxes (each
- * sandboxes/<id>/environment.json lists its image and layers): an object
- * with digests as keys (new ref). */
+ * sandboxes/<id>/environment.json lists its image and layers, and
+ * state.json its last checkpoint): an object with digests as keys (new
+ * ref). */
 json_t *dsec_sandbox_references(struct dsec_error **err);
 
 #endif

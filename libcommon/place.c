@@ -4,7 +4,6 @@
 
 #include "place.h"
 
-#include <ctype.h>
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -961,12 +960,14 @@ static int plan_request(struct planner *p, const struct preq *r,
     size_t best = SIZE_MAX;
     int64_t best_score = -1;
     enum reach got = reach;
+    struct pnode *n;
+    char score[16];
 
     for (size_t c = 0; c < n_cand; c++) {
       size_t i = cand[c];
-      struct pnode *n = &p->nodes[i];
-      int64_t cached, score;
+      int64_t cached, sc;
 
+      n = &p->nodes[i];
       /* a burst node only when no regular node could take it */
       if (c == n_regular && best != SIZE_MAX)
         break;
@@ -980,42 +981,46 @@ static int plan_request(struct planner *p, const struct preq *r,
         continue;
       cached = known ? (int64_t) ((double) (known - fetch[i]) * known_inv)
                      : 1000000;
-      score = (6 * cached + 4 * (1000000 - load_ppm(n, r))) / 10;
-      if (score > best_score) { /* strict: ties keep the first name */
-        best_score = score;
+      sc = (6 * cached + 4 * (1000000 - load_ppm(n, r))) / 10;
+      if (sc > best_score) { /* strict: ties keep the first name */
+        best_score = sc;
         best = i;
       }
     }
 
     if (best == SIZE_MAX) {
-      if (out_printf(o, err,
-                     "{\"type\":\"unplaced\",\"rid\":%s,\"index\":%" PRId64
-                     ",\"reason\":\"%s\"}\n",
-                     r->rid_json, idx, reach_reason[got]) < 0)
-        return -1;
-    } else {
-      struct pnode *n = &p->nodes[best];
-      char score[16];
-      format_score(score, best_score);
-      if (out_printf(o, err,
-                     "{\"type\":\"assignment\",\"rid\":%s,\"index\":%" PRId64
-                     ",\"node\":%s,\"score\":%s,\"fetch_bytes\":%" PRId64
-                     "}\n",
-                     r->rid_json, idx, n->name_json, score, fetch[best]) < 0)
-        return -1;
-      n->all_mcpu += r->mcpu;
-      n->all_mem += r->mem;
-      if (r->cls == CLASS_LATENCY) {
-        n->lat_mcpu += r->mcpu;
-        n->lat_mem += r->mem;
+      /* nothing changed: the rest of the request has no place either */
+      for (; idx < r->count; idx++) {
+        if (out_printf(o, err,
+                       "{\"type\":\"unplaced\",\"rid\":%s,\"index\":%" PRId64
+                       ",\"reason\":\"%s\"}\n",
+                       r->rid_json, idx, reach_reason[got]) < 0)
+          return -1;
+        if (o->len > (1u << 16) && out_flush(o, err) < 0)
+          return -1;
       }
-      if (r->group >= 0)
-        countmap_add(&p->spread, (uint64_t) r->group * p->n_nodes + best, 1);
-      /* the node fetches the layers once: later sandboxes find them */
-      for (size_t k = 0; k < r->n_layers; k++)
-        bit_set(n->cache, r->layers[k]);
-      fetch[best] = 0;
+      break;
     }
+
+    n = &p->nodes[best];
+    format_score(score, best_score);
+    if (out_printf(o, err,
+                   "{\"type\":\"assignment\",\"rid\":%s,\"index\":%" PRId64
+                   ",\"node\":%s,\"score\":%s,\"fetch_bytes\":%" PRId64 "}\n",
+                   r->rid_json, idx, n->name_json, score, fetch[best]) < 0)
+      return -1;
+    n->all_mcpu += r->mcpu;
+    n->all_mem += r->mem;
+    if (r->cls == CLASS_LATENCY) {
+      n->lat_mcpu += r->mcpu;
+      n->lat_mem += r->mem;
+    }
+    if (r->group >= 0)
+      countmap_add(&p->spread, (uint64_t) r->group * p->n_nodes + best, 1);
+    /* the node fetches the layers once: later sandboxes find them */
+    for (size_t k = 0; k < r->n_layers; k++)
+      bit_set(n->cache, r->layers[k]);
+    fetch[best] = 0;
     if (o->len > (1u << 16) && out_flush(o, err) < 0)
       return -1;
   }
@@ -1115,7 +1120,7 @@ static int check_container_child(void)
   if (fd < 0 || write(fd, map, strlen(map)) != (ssize_t) strlen(map))
     return 13;
   close(fd);
-  if (mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) < 0)
+  if (mount("none", "/", "none", MS_REC | MS_PRIVATE, NULL) < 0)
     return 14;
   /* a tmpfs over /tmp, private to this namespace, holds the overlay */
   if (mount("tmpfs", "/tmp", "tmpfs", MS_NOSUID | MS_NODEV, "size=64k") < 0)

@@ -18,6 +18,7 @@
 #include <unistd.h>
 
 #include "cgroup.h"
+#include "client.h"
 #include "fsutil.h"
 #include "layer.h"
 #include "lock.h"
@@ -28,7 +29,9 @@
 
 #define CG_ROOT "/sys/fs/cgroup"
 /* A temporary file or directory (a "*.tmp-*" name) older than this has no
- * writer left: every writer renames or removes its own within moments. */
+ * writer left: every writer renames or removes its own within moments.
+ * Store objects younger than this are not collected either (their maker
+ * may be about to reference them). */
 #define STALE_S 60
 
 struct reap {
@@ -111,6 +114,12 @@ static int64_t age_at(struct reap *r, int dirfd, const char *name)
   return (int64_t) (r->now - st.st_mtime);
 }
 
+static time_t mtime_at(int dirfd, const char *name)
+{
+  struct stat st;
+  return fstatat(dirfd, name, &st, AT_SYMLINK_NOFOLLOW) == 0 ? st.st_mtime : 0;
+}
+
 static bool is_tmp_name(const char *name)
 {
   return strstr(name, ".tmp-") != NULL;
@@ -122,7 +131,7 @@ static bool hex64(const char *s)
          strspn(s, "0123456789abcdef") == DSEC_SHA256_HEX_LEN;
 }
 
-/* A readable copy of an open directory stream (closedir closes fd). */
+/* dirfd/name as a directory stream (NULL when it cannot be opened). */
 static DIR *opendir_at(int dirfd, const char *name)
 {
   int fd = openat(dirfd, name, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
@@ -227,7 +236,8 @@ static void ids_in_path(const char *path, json_t *ids)
 
 struct procs {
   json_t *any;  /* id -> true: some dsec process, of any root, holds its files */
-  json_t *ours; /* id -> [pid, start]: a supervisor of this root's sandbox */
+  json_t *ours; /* "pid" -> [start, {id: true}]: supervisors holding files
+                 * of this root's sandboxes, and which */
   bool uncertain; /* some dsec process's files could not be read */
 };
 
@@ -300,10 +310,16 @@ static void scan_procs(struct reap *r, struct procs *p)
         continue;
       ids_in_path(target, p->any);
       if (sup && (id_under(target, r->sbdir, id) ||
-                  id_under(target, r->run, id)))
-        json_object_set_new(p->ours, id,
-                            json_pack("[i, I]", (int) pid,
-                                      (json_int_t) start));
+                  id_under(target, r->run, id))) {
+        char key[16];
+        json_t *e;
+        snprintf(key, sizeof key, "%d", (int) pid);
+        e = json_object_get(p->ours, key);
+        if (!e)
+          json_object_set_new(p->ours, key,
+                              e = json_pack("[I, {}]", (json_int_t) start));
+        json_object_set_new(json_array_get(e, 1), id, json_true());
+      }
     }
   }
 }
@@ -329,18 +345,29 @@ static bool has_dir(struct reap *r, const char *id)
 static int reap_supervisors(struct reap *r, struct dsec_error **err)
 {
   struct procs p;
-  const char *id;
+  const char *key;
   json_t *v;
   int ret = 0;
 
   scan_procs(r, &p);
-  json_object_foreach(p.ours, id, v)
+  json_object_foreach(p.ours, key, v)
   {
-    pid_t pid = (pid_t) json_integer_value(json_array_get(v, 0));
-    uint64_t start = (uint64_t) json_integer_value(json_array_get(v, 1));
+    pid_t pid = (pid_t) atoi(key);
+    uint64_t start = (uint64_t) json_integer_value(json_array_get(v, 0));
+    json_t *ids = json_array_get(v, 1), *t;
+    const char *id = NULL, *k;
+    bool any_dir = false;
     json_t *extra;
 
-    if (has_dir(r, id))
+    /* orphaned only when none of the sandboxes it holds files of has a
+     * directory (a fork's supervisor may hold its parent's too) */
+    json_object_foreach(ids, k, t)
+    {
+      any_dir |= has_dir(r, k);
+      if (!id)
+        id = k;
+    }
+    if (any_dir || !id)
       continue;
     extra = json_pack("{s:i}", "pid", (int) pid);
     if (!r->o->dry_run) {
@@ -359,7 +386,8 @@ static int reap_supervisors(struct reap *r, struct dsec_error **err)
         continue;
       }
     }
-    json_object_set_new(r->killed, id, json_true());
+    json_object_foreach(ids, k, t)
+      json_object_set_new(r->killed, k, json_true());
     ret = put(r, "supervisor", id, "orphan", act(r, "killed", "would kill"), 0,
               extra, err);
     if (ret < 0)
@@ -500,6 +528,14 @@ static const char *sandbox_reason(struct reap *r, const char *id, json_t *st,
   *state = st ? (s ? s : "unknown") : "unreadable";
   if (!st)
     return "orphan"; /* a crash mid-removal, or a torn state file */
+  if (s && strcmp(s, "suspended") == 0 &&
+      json_is_true(json_object_get(st, "released"))) {
+    /* released: no supervisor by design, waiting for a resume (which
+     * gives it a new ttl); only training progress takes it */
+    if (r->o->min_step_set && label_step(spec, &step) && step < r->o->min_step)
+      return "step";
+    return NULL;
+  }
   if (dsec_process_alive(pid, start)) {
     /* a live supervisor enforces ttl_s and idle_timeout_s itself; one
      * that does not (stopped, stuck) is held to ttl_s by the clock */
@@ -528,6 +564,98 @@ static const char *sandbox_reason(struct reap *r, const char *id, json_t *st,
   return "orphan";
 }
 
+/* A process stopped by a signal (or traced) answers nothing. */
+static bool process_stopped(pid_t pid)
+{
+  char path[64], buf[512];
+  _cleanup_close_ int fd = -1;
+  ssize_t n;
+  char *p;
+
+  snprintf(path, sizeof path, "/proc/%d/stat", (int) pid);
+  fd = open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0 || (n = read(fd, buf, sizeof buf - 1)) <= 0)
+    return false;
+  buf[n] = '\0';
+  p = strrchr(buf, ')');
+  return p && (p[2] == 'T' || p[2] == 't');
+}
+
+/* One op on a live supervisor: its answer (new ref), or NULL with an
+ * error (an error answer too). */
+static json_t *supervisor_call(const char *id, json_t *req,
+                               struct dsec_error **err)
+{
+  struct dsec_conn *c = NULL;
+  json_t *res;
+  const char *type;
+
+  if (dsec_conn_open(id, &c, err) < 0)
+    return NULL;
+  res = dsec_conn_call(c, req, err);
+  dsec_conn_close(c);
+  type = json_string_value(json_object_get(res, "type"));
+  if (res && type && strcmp(type, "error") == 0) {
+    dsec_fail(err, 0, "%s", json_string_value(json_object_get(res, "error")));
+    json_decref(res);
+    return NULL;
+  }
+  return res;
+}
+
+/* --suspend-idle: a running sandbox whose last exec ended (or that was
+ * created or resumed) S seconds ago, with no exec running, is frozen as
+ * `dsec-run suspend` does; `dsec-run resume` thaws it. */
+static int maybe_suspend(struct reap *r, const char *id, json_t *st,
+                         json_t *spec, const char *dir, struct dsec_error **err)
+{
+  static const char *const logs[] = { "trajectory.jsonl", "events.jsonl" };
+  const char *s = json_string_value(json_object_get(st, "state"));
+  pid_t pid = (pid_t) json_integer_value(json_object_get(st, "supervisor_pid"));
+  const char *name = json_string_value(json_object_get(spec, "name"));
+  time_t last = created_at(st, dir);
+  _cleanup_json_ json_t *status = NULL;
+  json_t *req, *extra;
+  int64_t step;
+
+  if (!s || strcmp(s, "running") != 0 || process_stopped(pid))
+    return 0;
+  for (size_t i = 0; i < ARRAY_SIZE(logs); i++) {
+    _cleanup_free_ char *f = xasprintf("%s/%s", dir, logs[i]);
+    time_t t = mtime_at(AT_FDCWD, f);
+    if (t > last)
+      last = t;
+  }
+  if (r->now - last < (time_t) r->o->suspend_idle)
+    return 0;
+  {
+    _cleanup_error_ struct dsec_error *e = NULL;
+    req = json_pack("{s:s}", "op", "status");
+    status = supervisor_call(id, req, &e);
+    json_decref(req);
+    if (!status || json_integer_value(json_object_get(status, "execs_running")))
+      return 0; /* busy, or gone meanwhile */
+  }
+  extra = json_pack("{s:s, s:I}", "state", s, "idle_s",
+                    (json_int_t) (r->now - last));
+  if (name)
+    json_object_set_new(extra, "name", json_string(name));
+  if (label_step(spec, &step))
+    json_object_set_new(extra, "step", json_integer((json_int_t) step));
+  if (!r->o->dry_run) {
+    struct dsec_error *e = NULL;
+    json_t *res;
+    req = json_pack("{s:s, s:b}", "op", "suspend", "release", false);
+    res = supervisor_call(id, req, &e);
+    json_decref(req);
+    if (!res)
+      return put_failed(r, "sandbox", id, "idle", e, extra, err);
+    json_decref(res);
+  }
+  return put(r, "sandbox", id, "idle", act(r, "suspended", "would suspend"), 0,
+             extra, err);
+}
+
 static int reap_sandboxes(struct reap *r, struct dsec_error **err)
 {
   _cleanup_json_ json_t *ids = dsec_sandbox_list(err);
@@ -549,8 +677,14 @@ static int reap_sandboxes(struct reap *r, struct dsec_error **err)
     int64_t freed, step;
     json_t *extra;
 
-    if (!reason)
+    if (!reason) {
+      if (r->o->suspend_idle_set && st) {
+        ret = maybe_suspend(r, id, st, spec, dir, err);
+        if (ret < 0)
+          return ret;
+      }
       continue;
+    }
     extra = json_pack("{s:s}", "state", state);
     if (name)
       json_object_set_new(extra, "name", json_string(name));
@@ -880,8 +1014,7 @@ static int reap_cgroups(struct reap *r, struct dsec_error **err)
     /* a supervisor killed above (or, with dry_run, to be killed) may
      * leave a dying process behind that still holds its files; and with
      * dry_run a sandbox to be removed takes its cgroups along */
-    if ((json_object_get(p.any, c->id) || json_object_get(p.ours, c->id)) &&
-        !json_object_get(r->killed, c->id))
+    if (json_object_get(p.any, c->id) && !json_object_get(r->killed, c->id))
       continue;
     if (r->o->dry_run && json_object_get(r->doomed, c->id))
       continue;
@@ -946,7 +1079,8 @@ static void mark(struct dsec_store *s, json_t *live, const char *digest)
 
 /* The roots: names, source references and every sandbox's environment;
  * and what they need. */
-static json_t *mark_live(struct dsec_store *s, struct dsec_error **err)
+static json_t *mark_live(struct reap *r, struct dsec_store *s,
+                         struct dsec_error **err)
 {
   _cleanup_json_ json_t *refs = dsec_ref_list(s, err);
   _cleanup_json_ json_t *sb = NULL;
@@ -977,6 +1111,20 @@ static json_t *mark_live(struct dsec_store *s, struct dsec_error **err)
   }
   json_object_foreach(sb, k, v)
     mark(s, live, k);
+  /* an image recorded in the last minute keeps its layers as a root
+   * would: see STALE_S */
+  dsec_closedirp(&d);
+  d = NULL;
+  d = opendir_at(s->images_fd, ".");
+  while (d && (de = readdir(d))) {
+    char digest[DSEC_DIGEST_LEN + 1];
+    if (strlen(de->d_name) != DSEC_SHA256_HEX_LEN + 5 ||
+        !dsec_str_has_suffix(de->d_name, ".json") ||
+        r->now - mtime_at(s->images_fd, de->d_name) >= STALE_S)
+      continue;
+    snprintf(digest, sizeof digest, "sha256:%.64s", de->d_name);
+    mark(s, live, digest);
+  }
   return live;
 }
 
@@ -1003,12 +1151,6 @@ static bool layer_mounted(struct reap *r, struct dsec_store *s,
       return true;
   }
   return false;
-}
-
-static time_t mtime_at(int dirfd, const char *name)
-{
-  struct stat st;
-  return fstatat(dirfd, name, &st, AT_SYMLINK_NOFOLLOW) == 0 ? st.st_mtime : 0;
 }
 
 static void add_cand(struct cand **v, size_t *n, const char *what,
@@ -1062,7 +1204,8 @@ static void find_candidates(struct reap *r, struct dsec_store *s, json_t *live,
       json_object_set_new(claimed, cfg, json_true());
     }
   }
-  closedir(steal_pointer(&d));
+  dsec_closedirp(&d);
+  d = NULL;
 
   d = opendir_at(s->layers_fd, ".");
   while (d && (de = readdir(d))) {
@@ -1088,7 +1231,8 @@ static void find_candidates(struct reap *r, struct dsec_store *s, json_t *live,
              t);
     json_object_set_new(claimed, digest, json_true());
   }
-  closedir(steal_pointer(&d));
+  dsec_closedirp(&d);
+  d = NULL;
 
   d = opendir_at(s->blobs_fd, ".");
   while (d && (de = readdir(d))) {
@@ -1170,7 +1314,7 @@ static int remove_cand(struct dsec_store *s, const struct cand *c,
 static int store_gc(struct reap *r, struct dsec_store *s, int64_t *store_bytes,
                     struct dsec_error **err)
 {
-  _cleanup_json_ json_t *live = mark_live(s, err);
+  _cleanup_json_ json_t *live = mark_live(r, s, err);
   struct cand *v = NULL;
   size_t n = 0;
   int64_t total = 0;
@@ -1186,8 +1330,13 @@ static int store_gc(struct reap *r, struct dsec_store *s, int64_t *store_bytes,
     total = dsec_disk_usage_at(s->fd, ".");
   for (size_t i = 0; i < n && ret == 0; i++) {
     struct cand *c = &v[i];
-    bool go = r->o->all ||
-              (r->o->store_max_set && total > (int64_t) r->o->store_max);
+    /* what was written or materialised in the last minute may be about to
+     * be referenced by whoever made it (a checkpoint recorded just after,
+     * a layer created for the next create): it waits for the next run */
+    bool young = r->now - c->mtime < STALE_S;
+    bool go = !young &&
+              (r->o->all ||
+               (r->o->store_max_set && total > (int64_t) r->o->store_max));
     json_t *extra = json_pack("{s:I}", "size_bytes", (json_int_t) c->bytes);
     if (!go) {
       ret = put(r, c->what, c->digest, "unreferenced", "kept", 0, extra, err);

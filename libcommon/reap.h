@@ -32,6 +32,8 @@ struct dsec_reap_opts {
   uint64_t store_max;   /* ... until the store takes at most this (bytes) */
   bool min_step_set;    /* sandboxes whose labels.step is below min_step */
   int64_t min_step;
+  bool suspend_idle_set; /* freeze running sandboxes without an exec ... */
+  uint64_t suspend_idle; /* ... for this many seconds */
 };
 
 /* Called with each record as it happens (borrowed); a failure stops the

@@ -11,7 +11,7 @@ load helpers/common
 
 bats_require_minimum_version 1.5.0
 
-PROGS=(dsec-pull dsec-layer dsec-run dsec-place)
+PROGS=(dsec-pull dsec-layer dsec-run dsec-place dsec-reap)
 
 setup() {
   common_setup
@@ -110,10 +110,11 @@ same_set() {
 
 @test "each completion offers every option of --help" {
   local prog help offered
-  prog=dsec-pull
-  help=$(help_options "$prog")
-  offered=$(complete_line "$prog --" | LC_ALL=C sort -u)
-  same_set "$prog" --help "$help" "completion of '$prog --'" "$offered"
+  for prog in dsec-pull dsec-reap; do
+    help=$(help_options "$prog")
+    offered=$(complete_line "$prog --" | LC_ALL=C sort -u)
+    same_set "$prog" --help "$help" "completion of '$prog --'" "$offered"
+  done
 
   for prog in dsec-layer dsec-place; do
     offered=$(for cmd in "" $(help_commands "$prog"); do
@@ -235,7 +236,7 @@ completion_per_command() {
 dsec_run_accepted() {
   local verb=$1 line opt arg out status
   local -a extra=()
-  case $verb in create | ps) extra=(an-argument) ;; esac
+  case $verb in create | ps | pool) extra=(an-argument) ;; esac
   while IFS= read -r line; do
     opt=$(grep -oE -- '--[a-z][a-z-]*' <<<"$line" | head -n1)
     arg=
@@ -314,4 +315,6 @@ dsec_run_accepted() {
     <(helpers "$DSEC_SRCDIR/completions/bash/dsec-run")
   diff <(helpers "$DSEC_SRCDIR/completions/bash/dsec-pull") \
     <(helpers "$DSEC_SRCDIR/completions/bash/dsec-place")
+  diff <(helpers "$DSEC_SRCDIR/completions/bash/dsec-pull") \
+    <(helpers "$DSEC_SRCDIR/completions/bash/dsec-reap")
 }
