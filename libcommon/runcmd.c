@@ -1759,11 +1759,20 @@ static _Noreturn void serve_child(json_t *req)
   char *args[2] = { (char *) id_arg, NULL };
   int ret = 0;
 
+  static const char *const ops[] = { "create", "exec",  "ps",   "inspect",
+                                     "rm",     "kill",  "checkpoint",
+                                     "suspend", "resume", "fork", NULL };
+  bool known = false;
+
   o.args = args;
   o.nargs = id_arg ? 1 : 0;
   o.label_filter = json_object();
+  for (const char *const *k = ops; op && *k; k++)
+    known |= strcmp(*k, op) == 0;
   if (!op)
     ret = dsec_bad_input(&err, "request: missing `op`");
+  else if (!known)
+    ret = dsec_bad_input(&err, "unknown op `%s`", op);
   else if (strcmp(op, "create") == 0) {
     _cleanup_free_ char *id = NULL;
     json_t *spec = json_deep_copy(json_object_get(req, "spec"));

@@ -1,0 +1,76 @@
+#!/usr/bin/env bats
+# dsec-run serve: JSON Lines requests on stdin, answers with their rid.
+
+bats_require_minimum_version 1.5.0
+load helpers/common
+
+setup() {
+  common_setup
+  require_root
+  DSEC_RUN=$(mktemp -d /tmp/dsec-serve-run.XXXXXX)
+  export DSEC_RUN
+  dsec-pull --name busybox:1 "tar:$(busybox_tar)" >/dev/null
+}
+
+teardown() {
+  local ids
+  ids=$(dsec-run ps --all 2>/dev/null | jq -r .id)
+  # shellcheck disable=SC2086
+  [ -z "$ids" ] || dsec-run rm --force $ids >/dev/null 2>&1 || true
+  for id in $ids; do
+    ! ls -d /sys/fs/cgroup/*/dsec/"$id" 2>/dev/null
+  done
+  rm -rf "$DSEC_RUN"
+}
+
+@test "serve: create, exec, ps, rm; every answer carries its rid" {
+  run -0 --separate-stderr dsec-run serve <<<'{"op":"create","rid":"c","spec":{"image":"busybox:1","name":"s1"}}'
+  jq -e '.rid == "c" and .type == "sandbox" and .state == "running"' <<<"$output"
+  run -0 --separate-stderr dsec-run serve <<'EOF2'
+{"op":"exec","rid":1,"id":"s1","cmd":["sh","-c","echo hi; exit 3"],"seq":1}
+{"op":"ps","rid":{"any":"json"}}
+EOF2
+  [ "$(wc -l <<<"$output")" -eq 2 ]
+  jq -e -s 'map(select(.rid == 1))[0] | .type == "result" and .stdout == "hi\n" and .exit_code == 3 and .seq == 1' <<<"$output"
+  jq -e -s 'map(select(.rid == {"any":"json"}))[0] | .type == "ps" and (.sandboxes | length == 1)' <<<"$output"
+  run -0 --separate-stderr dsec-run serve <<<'{"op":"rm","rid":"r","id":"s1"}'
+  jq -e '.rid == "r" and .type == "removed"' <<<"$output"
+}
+
+@test "serve: requests run concurrently and are answered as they finish" {
+  run -0 --separate-stderr dsec-run create --image busybox:1 --name s2
+  run -0 --separate-stderr dsec-run serve <<'EOF2'
+{"op":"exec","rid":"slow","id":"s2","cmd":["sleep","2"]}
+{"op":"exec","rid":"fast","id":"s2","cmd":["true"]}
+EOF2
+  # the fast one was not held behind the slow one
+  [ "$(jq -r -s '.[0].rid' <<<"$output")" = fast ]
+  [ "$(jq -r -s '.[1].rid' <<<"$output")" = slow ]
+}
+
+@test "serve: bad lines and failed requests get error records, serve goes on" {
+  run -0 --separate-stderr dsec-run serve <<'EOF2'
+this is not json
+{"op":"exec","rid":2,"id":"no-such-sandbox","cmd":["true"]}
+{"op":"frobnicate","rid":3}
+{"op":"create","rid":4,"spec":{"image":"busybox:1","bogus":1}}
+{"op":"create","rid":5,"spec":{"image":"busybox:1"}}
+EOF2
+  [ "$(wc -l <<<"$output")" -eq 5 ]
+  jq -e -s 'map(select(.line == 1))[0] | .type == "error" and .exit_code == 3' <<<"$output"
+  jq -e -s 'map(select(.rid == 2))[0] | .type == "error" and .exit_code == 3' <<<"$output"
+  jq -e -s 'map(select(.rid == 3))[0] | .type == "error" and (.error | test("unknown op"))' <<<"$output"
+  jq -e -s 'map(select(.rid == 4))[0] | .type == "error" and (.error | test("bogus"))' <<<"$output"
+  jq -e -s 'map(select(.rid == 5))[0] | .type == "sandbox"' <<<"$output"
+}
+
+@test "serve: closing stdin waits for the requests in flight; sandboxes live on" {
+  run -0 --separate-stderr dsec-run create --image busybox:1 --name s3
+  run -0 --separate-stderr dsec-run serve <<<'{"op":"exec","rid":"x","id":"s3","cmd":["sh","-c","sleep 1; echo done"]}'
+  jq -e '.rid == "x" and .stdout == "done\n"' <<<"$output"
+  run -0 --separate-stderr dsec-run exec s3 -- true
+}
+
+@test "serve: takes no arguments" {
+  run -2 --separate-stderr dsec-run serve extra
+}
