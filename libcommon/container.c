@@ -174,7 +174,45 @@ static json_t *msg_recv(int sock, char *buf, size_t cap, int *fds, int *nfds)
   return json_loadb(buf, (size_t) n, 0, NULL);
 }
 
-/* ---------------------------------------------------------------- init */
+/* Overwrites our command line (inherited from the dsec-run that forked
+ * us) with title, within the space the original one had: `ps` and
+ * `pkill -f` then see what this process is, not its creator's command. */
+static void set_cmdline(const char *title)
+{
+  char buf[1024], *p;
+  unsigned long start = 0, end = 0;
+  int fd = open("/proc/self/stat", O_RDONLY | O_CLOEXEC);
+  ssize_t n = fd >= 0 ? read(fd, buf, sizeof buf - 1) : -1;
+
+  if (fd >= 0)
+    close(fd);
+  if (n <= 0)
+    return;
+  buf[n] = '\0';
+  p = strrchr(buf, ')');
+  if (!p)
+    return;
+  /* fields 48 and 49: arg_start, arg_end (field 3 follows the ')') */
+  p += 2;
+  for (int field = 3; field < 48 && p; field++) {
+    p = strchr(p, ' ');
+    if (p)
+      p++;
+  }
+  if (!p || sscanf(p, "%lu %lu", &start, &end) != 2 || end <= start)
+    return;
+  {
+    size_t len = end - start;
+    size_t t = strlen(title);
+    char *area = (char *) (uintptr_t) start;
+    if (t >= len)
+      t = len - 1;
+    memcpy(area, title, t);
+    memset(area + t, 0, len - t);
+  }
+}
+
+/* ---- init */
 
 struct init_ctx {
   int sock;
@@ -719,6 +757,7 @@ _Noreturn static void run_init(struct stage1_args *a)
 
   prctl(PR_SET_PDEATHSIG, SIGKILL);
   prctl(PR_SET_NAME, "dsec-init");
+  set_cmdline("dsec-init");
   /* keep only the control socket (fd 3), the root (fd 4) and /dev/null
    * on 0-2 */
   {
@@ -2649,6 +2688,10 @@ _Noreturn void dsec_supervisor_main(struct dsec_container_opts *o)
   sigaddset(&mask, SIGHUP);
   sigprocmask(SIG_BLOCK, &mask, NULL);
   prctl(PR_SET_NAME, "dsec-supervise");
+  {
+    _cleanup_free_ char *title = xasprintf("dsec-supervise %s", o->id);
+    set_cmdline(title);
+  }
   {
     _cleanup_free_ char *log = xasprintf("%s/supervisor.log", s->dir);
     int null = open("/dev/null", O_RDWR | O_CLOEXEC);
