@@ -34,6 +34,7 @@
 #include <linux/openat2.h>
 #include <math.h>
 #include <net/if.h>
+#include <netinet/in.h>
 #include <poll.h>
 #include <pthread.h>
 #include <sched.h>
@@ -63,6 +64,7 @@
 #include "fsutil.h"
 #include "log.h"
 #include "process.h"
+#include "proxy.h"
 #include "sandbox.h"
 #include "spec.h"
 #include "store.h"
@@ -784,7 +786,25 @@ _Noreturn static void run_init(struct stage1_args *a)
   /* nothing in the sandbox may read init's memory or attach to it */
   prctl(PR_SET_DUMPABLE, 0);
   ready = json_pack("{s:s}", "op", "ready");
-  msg_send(c.sock, ready, NULL, 0);
+  {
+    /* proxy mode: the proxy's port on the sandbox's own loopback, served by
+     * the supervisor from outside through this socket */
+    const char *mode = json_string_value(json_object_get(
+      json_object_get(a->spec, "network"), "mode"));
+    int lfd = -1;
+    if (mode && strcmp(mode, "proxy") == 0) {
+      struct sockaddr_in sa = { .sin_family = AF_INET,
+                                .sin_port = htons(DSEC_PROXY_PORT),
+                                .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+      lfd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+      if (lfd < 0 || bind(lfd, (struct sockaddr *) &sa, sizeof sa) < 0 ||
+          listen(lfd, 128) < 0)
+        die_init(c.sock, "cannot set up the proxy's port");
+    }
+    msg_send(c.sock, ready, lfd >= 0 ? &lfd : NULL, lfd >= 0 ? 1 : 0);
+    if (lfd >= 0)
+      close(lfd);
+  }
   json_decref(ready);
   json_decref(a->spec);
   init_loop(&c);
@@ -844,6 +864,7 @@ enum watch_kind {
   W_ERR,
   W_IN,
   W_NOTIFY,
+  W_PROXY,
 };
 
 struct watch {
@@ -921,6 +942,13 @@ struct sup {
   bool fncall;
   bool rootless;        /* not root: a user namespace of our own, no idmaps */
   bool suspended;       /* frozen: execs wait for resume */
+  int proxy_lfd;        /* proxy mode: the sandbox's 127.0.0.1:3128 */
+  struct dsec_proxy *proxy;
+  struct watch w_proxy;
+  pthread_mutex_t net_lock; /* network events come from proxy threads */
+  double net_window;
+  int net_in_window;
+  uint64_t net_suppressed;
   uid_t base;           /* the sandbox root's host id (0 rootless) */
   json_t *last_seq;     /* the last seq recorded, for checkpoints */
   char *upperfs;        /* the disk-limited file system, or NULL */
@@ -1581,6 +1609,48 @@ fail:
 }
 
 static void sup_teardown(struct sup *s, const char *state, const char *cause);
+
+/* ---- the proxy's attempts, from its threads: at most 100 a second are
+ * recorded, the rest counted */
+#define NETWORK_PER_SECOND 100
+
+static void proxy_report(void *ud, json_t *ev)
+{
+  struct sup *s = ud;
+  double now = now_ms();
+  json_t *sup_ev = NULL;
+  bool keep;
+
+  pthread_mutex_lock(&s->net_lock);
+  if (now - s->net_window >= 1000) {
+    if (s->net_suppressed)
+      sup_ev = json_pack("{s:s, s:I}", "type", "network_suppressed", "count",
+                         (json_int_t) s->net_suppressed);
+    s->net_window = now;
+    s->net_in_window = 0;
+    s->net_suppressed = 0;
+  }
+  keep = s->net_in_window++ < NETWORK_PER_SECOND;
+  if (!keep)
+    s->net_suppressed++;
+  pthread_mutex_unlock(&s->net_lock);
+  if (sup_ev)
+    sup_event(s, sup_ev);
+  if (keep)
+    sup_event(s, ev);
+  else
+    json_decref(ev);
+}
+
+static void proxy_accept(struct sup *s)
+{
+  for (;;) {
+    int fd = accept4(s->proxy_lfd, NULL, NULL, SOCK_CLOEXEC);
+    if (fd < 0)
+      return;
+    dsec_proxy_serve(s->proxy, fd);
+  }
+}
 
 /* ---- checkpoint, suspend, resume */
 
@@ -2268,6 +2338,9 @@ _Noreturn static void sup_loop(struct sup *s)
       case W_NOTIFY:
         listener_ready(s, w->p, evs[i].events);
         break;
+      case W_PROXY:
+        proxy_accept(s);
+        break;
       }
     }
     for (size_t g = 0; g < s->ngraves; g++)
@@ -2654,6 +2727,7 @@ _Noreturn void dsec_supervisor_main(struct dsec_container_opts *o)
   s->dir = dsec_sandbox_dir(o->id);
   s->run = dsec_sandbox_run_dir(o->id);
   s->epfd = s->sfd = s->lsock = s->isock = s->traj_fd = s->events_fd = -1;
+  s->proxy_lfd = -1;
   s->run_fd = -1;
   s->msgbuf = xmalloc(MSG_MAX);
   s->fncall = strcmp(json_string_value(json_object_get(o->spec, "backend")),
@@ -2675,6 +2749,23 @@ _Noreturn void dsec_supervisor_main(struct dsec_container_opts *o)
     json_object_set_new(s->base_env, "PATH",
                         json_string("/usr/local/sbin:/usr/local/bin:/usr/sbin:"
                                     "/usr/bin:/sbin:/bin"));
+  {
+    const char *mode = json_string_value(json_object_get(
+      json_object_get(o->spec, "network"), "mode"));
+    if (mode && strcmp(mode, "proxy") == 0) {
+      /* the only way out; the sandbox's own loopback stays direct */
+      static const char *const vars[] = { "HTTP_PROXY", "HTTPS_PROXY",
+                                          "http_proxy", "https_proxy" };
+      _cleanup_free_ char *url = xasprintf("http://127.0.0.1:%d",
+                                           DSEC_PROXY_PORT);
+      for (size_t i = 0; i < ARRAY_SIZE(vars); i++)
+        json_object_set_new(s->base_env, vars[i], json_string(url));
+      json_object_set_new(s->base_env, "NO_PROXY",
+                          json_string("localhost,127.0.0.1,::1"));
+      json_object_set_new(s->base_env, "no_proxy",
+                          json_string("localhost,127.0.0.1,::1"));
+    }
+  }
   json_object_update(s->base_env, json_object_get(o->spec, "env"));
   if (!json_object_get(s->base_env, "HOME"))
     json_object_set_new(s->base_env, "HOME",
@@ -2876,6 +2967,11 @@ _Noreturn void dsec_supervisor_main(struct dsec_container_opts *o)
       goto fail;
     }
     m = msg_recv(s->isock, s->msgbuf, MSG_MAX, fds, &nfds);
+    if (m && nfds == 1 &&
+        strcmp(json_string_value(json_object_get(m, "op")) ?: "", "ready") == 0) {
+      s->proxy_lfd = fds[0];
+      nfds = 0;
+    }
     for (int i = 0; i < nfds; i++)
       close(fds[i]);
     if (!m) {
@@ -2926,6 +3022,16 @@ _Noreturn void dsec_supervisor_main(struct dsec_container_opts *o)
       ep_add(s, s->isock, EPOLLIN, &s->w_init) < 0) {
     dsec_fail(&err, errno, "cannot set up the event loop");
     goto fail;
+  }
+  if (s->proxy_lfd >= 0) {
+    pthread_mutex_init(&s->net_lock, NULL);
+    s->proxy = dsec_proxy_new(json_object_get(o->spec, "network"), proxy_report,
+                              s);
+    s->w_proxy = (struct watch){ W_PROXY, NULL, false };
+    if (ep_add(s, s->proxy_lfd, EPOLLIN, &s->w_proxy) < 0) {
+      dsec_fail(&err, errno, "cannot serve the proxy");
+      goto fail;
+    }
   }
 
   {

@@ -771,12 +771,6 @@ static int create_sandbox(json_t *spec_in, const char *reuse_id, char **id_out,
   backend = json_string_value(json_object_get(spec, "backend"));
   if (strcmp(backend, "container") != 0 && strcmp(backend, "fncall") != 0)
     return dsec_bad_input(err, "backend `%s` is served by dsec-vm", backend);
-  /* what this version cannot do is refused, never quietly replaced */
-  if (strcmp(json_string_value(json_object_get(json_object_get(spec, "network"),
-                                               "mode")),
-             "proxy") == 0)
-    return dsec_bad_input(err, "network mode \"proxy\" is not available in "
-                               "this version of dsec");
   if (geteuid() != 0) {
     /* rootless: one id is ours to map (root inside is us outside), and
      * loop devices are root's */

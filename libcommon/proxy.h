@@ -1,0 +1,38 @@
+/* The network of a sandbox in "proxy" mode: it has no route out, only an
+ * HTTP/HTTPS (CONNECT) proxy on its own 127.0.0.1:3128 that the supervisor
+ * serves from outside.  The proxy resolves names itself, checks host and
+ * port against the spec's allow and deny lists (package registries, module
+ * proxies and code hosts are denied unless named in allow), refuses
+ * private and loopback addresses reached through a wildcard, checks a TLS
+ * ClientHello's SNI against the CONNECT host, and reports every attempt. */
+#ifndef DSEC_PROXY_H
+#define DSEC_PROXY_H
+
+#include <stdbool.h>
+
+#include "json.h"
+
+#define DSEC_PROXY_PORT 3128
+
+/* Called with each attempt's record (type "network"); must be callable
+ * from any thread. */
+typedef void (*dsec_proxy_report_fn)(void *ud, json_t *event);
+
+struct dsec_proxy;
+
+/* network is the spec's network object (borrowed for the proxy's life). */
+struct dsec_proxy *dsec_proxy_new(json_t *network, dsec_proxy_report_fn report,
+                                  void *ud);
+/* Serves one accepted connection on a thread of its own (takes fd). */
+void dsec_proxy_serve(struct dsec_proxy *p, int fd);
+
+/* The decision for host:port, without network traffic: NULL when the
+ * lists allow it, else the reason (static).  *wildcard tells whether the
+ * allowing entry was a wildcard. */
+const char *dsec_proxy_check(json_t *network, const char *host, int port,
+                             bool *wildcard);
+
+/* Hosts denied unless an allow entry names them (NULL-terminated). */
+extern const char *const dsec_proxy_default_deny[];
+
+#endif
