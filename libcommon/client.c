@@ -71,7 +71,11 @@ json_t *dsec_conn_recv(struct dsec_conn *c, struct dsec_error **err)
     ssize_t n;
     if (nl) {
       size_t linelen = (size_t) (nl - c->buf);
-      json_t *j = dsec_json_parse(c->buf, linelen, "supervisor answer", err);
+      /* output may hold NUL bytes (escaped as \u0000) */
+      json_error_t jerr;
+      json_t *j = json_loadb(c->buf, linelen, JSON_ALLOW_NUL, &jerr);
+      if (!j)
+        dsec_fail(err, 0, "supervisor answer: invalid JSON: %s", jerr.text);
       memmove(c->buf, nl + 1, c->len - linelen - 1);
       c->len -= linelen + 1;
       return j;

@@ -440,6 +440,19 @@ static void protect_and_hide(json_t *spec, int sock)
     if (lstat(p, &st) < 0)
       die_init_status(sock, DSEC_EXIT_INPUT, "protect: %s does not exist in "
                                              "the sandbox", p);
+    /* Every directory above a protected path becomes a mount point (bound
+     * onto itself, still writable): the kernel refuses to rename or remove
+     * a mount point, so a parent cannot be moved away and replaced by a
+     * look-alike (rename, exchange), and links out of it cross mounts. */
+    {
+      _cleanup_free_ char *a = xstrdup(p);
+      for (char *slash = strchr(a + 1, '/'); slash; slash = strchr(slash + 1, '/')) {
+        *slash = '\0';
+        if (mount(a, a, NULL, MS_BIND | MS_REC, NULL) < 0)
+          die_init(sock, "cannot pin %s (a parent of %s)", a, p);
+        *slash = '/';
+      }
+    }
     if (bind_ro(p) < 0)
       die_init(sock, "cannot protect %s", p);
   }
@@ -1042,11 +1055,19 @@ static json_t *utf8_string(const char *buf, size_t len)
   return j;
 }
 
+/* An answer goes whole: the socket blocks for it (SO_SNDTIMEO bounds a
+ * client that stops reading to 10 s), then is non-blocking again for
+ * reading requests. */
 static void client_write(struct client *cl, json_t *rec)
 {
   _cleanup_error_ struct dsec_error *e = NULL;
-  if (cl && cl->fd >= 0)
-    dsec_json_write_line(cl->fd, rec, &e);
+  int fl;
+  if (!cl || cl->fd < 0)
+    return;
+  fl = fcntl(cl->fd, F_GETFL);
+  fcntl(cl->fd, F_SETFL, fl & ~O_NONBLOCK);
+  dsec_json_write_line(cl->fd, rec, &e);
+  fcntl(cl->fd, F_SETFL, fl);
 }
 
 static void bury(struct sup *s, void *p)
@@ -1320,8 +1341,10 @@ static int validate_request(json_t *req, char **why)
   v = json_object_get(req, "max_output_bytes");
   if (v && !json_is_null(v) &&
       (!json_is_integer(v) || json_integer_value(v) < 0 ||
-       json_integer_value(v) > (1LL << 30))) {
-    *why = xstrdup("`max_output_bytes` must be an integer from 0 to 2^30");
+       json_integer_value(v) > (64LL << 20))) {
+    /* the supervisor holds the output (outside the sandbox's memory
+     * limit): bounded */
+    *why = xstrdup("`max_output_bytes` must be an integer from 0 to 64 MiB");
     return -1;
   }
   v = json_object_get(req, "env");
@@ -2017,14 +2040,10 @@ static json_t *remote_argv(pid_t pid, uint64_t addr)
 
 /* A program start: recorded (at most PROCESSES_PER_SECOND a second), then
  * let go on.  CONTINUE is fine here: nothing is decided on what was read. */
-static void process_started(struct sup *s, struct listener *l,
-                            struct seccomp_notif *req,
-                            struct seccomp_notif_resp *resp)
+/* The counts of what the rate limits dropped, written once a second
+ * (from the timers too, so a burst's count is not lost). */
+static void flush_suppressed(struct sup *s, double now)
 {
-  bool at = req->data.nr == SCMP_SYS(execveat);
-  pid_t pid = (pid_t) req->pid;
-  double now = now_ms();
-
   if (now - s->process_window >= 1000) {
     if (s->processes_suppressed)
       sup_event(s, json_pack("{s:s, s:I}", "type", "process_suppressed",
@@ -2033,19 +2052,54 @@ static void process_started(struct sup *s, struct listener *l,
     s->processes_in_window = 0;
     s->processes_suppressed = 0;
   }
-  if (s->processes_in_window++ < PROCESSES_PER_SECOND) {
+  if (now - s->denial_window >= 1000) {
+    if (s->denials_suppressed)
+      sup_event(s, json_pack("{s:s, s:I}", "type", "denied_suppressed",
+                             "count", (json_int_t) s->denials_suppressed));
+    s->denial_window = now;
+    s->denials_in_window = 0;
+    s->denials_suppressed = 0;
+  }
+}
+
+static void process_started(struct sup *s, struct listener *l,
+                            struct seccomp_notif *req,
+                            struct seccomp_notif_resp *resp)
+{
+  bool at = req->data.nr == SCMP_SYS(execveat);
+  pid_t pid = (pid_t) req->pid;
+  double now = now_ms();
+
+  {
     _cleanup_free_ char *path = remote_string(pid, req->data.args[at ? 1 : 0],
                                               4096);
-    _cleanup_free_ char *seen = NULL;
     json_t *argv;
     /* a PATH search tries names that do not exist: those execs fail and
-     * are not program starts (only for a plain execve of a path) */
-    if (path && !at) {
-      struct stat st;
-      seen = xasprintf("/proc/%d/%s/%s", (int) pid,
-                       path[0] == '/' ? "root" : "cwd", path);
-      if (stat(seen, &st) < 0 && errno == ENOENT)
-        goto answer;
+     * are not program starts.  Resolved inside the sandbox's root (never
+     * the host's), absolute paths of a plain execve only. */
+    if (path && !at && path[0] == '/') {
+      char root[64];
+      struct open_how how = { .flags = O_PATH | O_CLOEXEC,
+                              .resolve = RESOLVE_IN_ROOT |
+                                         RESOLVE_NO_MAGICLINKS };
+      int rfd, fd;
+      snprintf(root, sizeof root, "/proc/%d/root", (int) pid);
+      rfd = open(root, O_PATH | O_DIRECTORY | O_CLOEXEC);
+      fd = rfd < 0 ? -1 : (int) syscall(SYS_openat2, rfd, path, &how,
+                                        sizeof how);
+      int e = errno;
+      if (fd >= 0)
+        close(fd);
+      if (rfd >= 0)
+        close(rfd);
+      if (fd < 0 && e == ENOENT)
+        goto answer; /* not counted: it will not run */
+    }
+    if (now - s->process_window >= 1000)
+      flush_suppressed(s, now);
+    if (s->processes_in_window++ >= PROCESSES_PER_SECOND) {
+      s->processes_suppressed++;
+      goto answer;
     }
     argv = remote_argv(pid, req->data.args[at ? 2 : 1]);
     /* read before answering, and only trusted if the call is still the
@@ -2058,8 +2112,7 @@ static void process_started(struct sup *s, struct listener *l,
                              l->seq ? l->seq : json_null()));
     else
       json_decref(argv);
-  } else
-    s->processes_suppressed++;
+  }
 answer:
   memset(resp, 0, sizeof *resp);
   resp->id = req->id;
@@ -2094,14 +2147,8 @@ static void listener_ready(struct sup *s, struct listener *l, uint32_t events)
       seccomp_notify_respond(l->fd, resp);
 
       now = now_ms();
-      if (now - s->denial_window >= 1000) {
-        if (s->denials_suppressed)
-          sup_event(s, json_pack("{s:s, s:I}", "type", "denied_suppressed",
-                                 "count", (json_int_t) s->denials_suppressed));
-        s->denial_window = now;
-        s->denials_in_window = 0;
-        s->denials_suppressed = 0;
-      }
+      if (now - s->denial_window >= 1000)
+        flush_suppressed(s, now);
       if (s->denials_in_window++ < DENIALS_PER_SECOND) {
         json_t *ev = json_pack("{s:s, s:s, s:O, s:i, s:i}", "type", "denied",
                                "syscall", dsec_seccomp_name(nr), "seq",
@@ -2250,6 +2297,11 @@ static void sup_signal(struct sup *s)
 static int sup_timeout_ms(struct sup *s)
 {
   double now = now_ms(), next = -1;
+  /* a pending suppressed count is written when its second ends */
+  if (s->processes_suppressed)
+    next = s->process_window + 1000;
+  if (s->denials_suppressed && (next < 0 || s->denial_window + 1000 < next))
+    next = s->denial_window + 1000;
   for (size_t i = 0; i < s->njobs; i++)
     if (s->jobs[i]->deadline > 0 && !s->jobs[i]->kill_sent &&
         (next < 0 || s->jobs[i]->deadline < next))
@@ -2272,6 +2324,8 @@ static int sup_timeout_ms(struct sup *s)
 static void sup_timers(struct sup *s)
 {
   double now = now_ms();
+  if (s->processes_suppressed || s->denials_suppressed)
+    flush_suppressed(s, now);
   for (size_t i = 0; i < s->njobs; i++) {
     struct job *j = s->jobs[i];
     if (j->deadline > 0 && !j->kill_sent && now >= j->deadline) {

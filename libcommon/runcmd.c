@@ -479,8 +479,8 @@ static int parse(int argc, char **argv, struct opts *o, bool *exit_now)
     }
     case OPT_MAX_OUTPUT: {
       uint64_t b;
-      if (dsec_parse_size(optarg, &b) < 0 || b > (1ULL << 30))
-        return dsec_usage_error("--max-output takes a size up to 1G");
+      if (dsec_parse_size(optarg, &b) < 0 || b > (64ULL << 20))
+        return dsec_usage_error("--max-output takes a size up to 64M");
       json_object_set_new(o->exec, "max_output_bytes", json_integer((json_int_t) b));
       break;
     }
@@ -1001,7 +1001,31 @@ abandon:
     waitpid(pid, NULL, 0);
   goto out;
 fail_dir:
-  dsec_sandbox_remove_files(id, spec);
+  if (reuse_id) {
+    /* a failed resume leaves the sandbox released, its trajectory and
+     * checkpoint intact, for another try */
+    _cleanup_json_ json_t *old = dsec_sandbox_state_read(id, NULL);
+    json_t *st = json_pack("{s:s, s:s, s:s, s:b, s:s}", "type", "sandbox",
+                           "id", id, "state", "suspended", "released", true,
+                           "cause", "resume failed");
+    if (old && json_object_get(old, "checkpoint"))
+      json_object_set(st, "checkpoint", json_object_get(old, "checkpoint"));
+    if (old && json_object_get(old, "created"))
+      json_object_set(st, "created", json_object_get(old, "created"));
+    {
+      struct dsec_cgroup *cg = dsec_cgroup_for_id(id);
+      dsec_cgroup_destroy(cg, NULL);
+      dsec_cgroup_free(cg);
+    }
+    dsec_sandbox_state_write(id, st, NULL);
+    json_decref(st);
+  } else {
+    /* whatever the supervisor made before it failed or died (cgroups, by
+     * the id) goes with the directory */
+    _cleanup_error_ struct dsec_error *e = NULL;
+    if (dsec_sandbox_stop(id, true, &e) < 0)
+      dsec_sandbox_remove_files(id, spec);
+  }
 out:
   for (int i = 0; i < 2; i++) {
     if (pfd[i] >= 0)
@@ -1860,7 +1884,7 @@ static void serve_flush(struct serve_job *j, bool eof)
     json_t *m;
     if (!nl)
       break;
-    m = json_loadb(start, (size_t) (nl - start), 0, NULL);
+    m = json_loadb(start, (size_t) (nl - start), JSON_ALLOW_NUL, NULL);
     if (m) {
       if (j->rid)
         json_object_set(m, "rid", j->rid);

@@ -444,10 +444,6 @@ int dsec_sandbox_stop(const char *id, bool force, struct dsec_error **err)
     }
     if (dsec_process_alive(sup, start))
       return dsec_fail(err, EBUSY, "the supervisor of %s does not stop", id);
-    json_decref(st);
-    st = dsec_sandbox_state_read(id, err);
-    if (!st)
-      return -1;
   }
   /* whatever a dead supervisor left: processes, cgroups (found by the id
    * too: a supervisor killed while creating had not recorded them yet) */

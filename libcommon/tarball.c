@@ -13,6 +13,8 @@
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <sys/xattr.h>
+#include <linux/openat2.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 #include <zlib.h>
 
@@ -1034,9 +1036,17 @@ static int add_tree(struct creator *c, int dirfd, const char *rel,
     if (S_ISSOCK(st.st_mode))
       continue;
     if (S_ISREG(st.st_mode)) {
-      fd = openat(dirfd, childrel, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
-      if (fd < 0) {
-        ret = dsec_fail(err, errno, "cannot open %s", full);
+      /* a tree that may change under us (a sandbox's writable layer): no
+       * symlink anywhere on the way, no blocking on a fifo swapped in, and
+       * the same file that was stat'ed */
+      struct open_how how = { .flags = O_RDONLY | O_NONBLOCK | O_CLOEXEC,
+                              .resolve = RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS };
+      struct stat fst;
+      fd = (int) syscall(SYS_openat2, dirfd, childrel, &how, sizeof how);
+      if (fd < 0 || fstat(fd, &fst) < 0 || !S_ISREG(fst.st_mode) ||
+          fst.st_ino != st.st_ino || fst.st_dev != st.st_dev) {
+        ret = dsec_fail(err, fd < 0 ? errno : ESTALE,
+                        "%s changed while it was read", full);
         continue;
       }
     }
