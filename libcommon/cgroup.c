@@ -281,6 +281,15 @@ int64_t dsec_cgroup_oom_kills(struct dsec_cgroup *cg)
   return pread_key(cg->oom_fd, "oom_kill");
 }
 
+int64_t dsec_cgroup_pids_max_hits(struct dsec_cgroup *cg)
+{
+  const char *p = cg->path[DSEC_CG_PIDS];
+  if (!p)
+    return -1;
+  /* "max N" in pids.events, v1 and v2 alike */
+  return read_key(p, "pids.events", "max");
+}
+
 int64_t dsec_cgroup_memory_current(struct dsec_cgroup *cg)
 {
   const char *p = cg->path[DSEC_CG_MEMORY];

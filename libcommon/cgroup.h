@@ -34,6 +34,8 @@ int dsec_cgroup_attach(struct dsec_cgroup *cg, pid_t pid,
                        struct dsec_error **err);
 /* OOM kills so far in the memory cgroup (-1 if unknown). */
 int64_t dsec_cgroup_oom_kills(struct dsec_cgroup *cg);
+/* Times the pids limit refused a fork so far (-1 if unknown). */
+int64_t dsec_cgroup_pids_max_hits(struct dsec_cgroup *cg);
 /* Bytes of memory charged to the sandbox (-1 if unknown). */
 int64_t dsec_cgroup_memory_current(struct dsec_cgroup *cg);
 int dsec_cgroup_freeze(struct dsec_cgroup *cg, bool frozen,

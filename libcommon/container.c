@@ -44,6 +44,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
+#include <sys/fanotify.h>
 #include <sys/ioctl.h>
 #include <sys/mount.h>
 #include <sys/prctl.h>
@@ -333,16 +334,37 @@ static void mask_paths(void)
     if (lstat(*p, &st) == 0 && S_ISDIR(st.st_mode))
       bind_ro(*p);
   }
-  for (const char *const *p = masked_paths; *p; p++) {
+  for (size_t i = 0; masked_paths[i]; i++) {
+    const char *p = masked_paths[i];
     struct stat st;
-    if (lstat(*p, &st) < 0)
+    char watched[64];
+    if (lstat(p, &st) < 0)
       continue;
-    if (S_ISDIR(st.st_mode))
-      mount("tmpfs", *p, "tmpfs", MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC,
+    if (S_ISDIR(st.st_mode)) {
+      mount("tmpfs", p, "tmpfs", MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC,
             "size=0,mode=555");
+      continue;
+    }
+    /* an empty file of its own that the supervisor watches (fanotify):
+     * opening a masked file is recorded; /dev/null where there is none */
+    snprintf(watched, sizeof watched, "/.dsec-masks/%zu", i);
+    if (mount(watched, p, NULL, MS_BIND, NULL) == 0)
+      mount(NULL, p, NULL, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC,
+            NULL);
     else
-      mount("/dev/null", *p, NULL, MS_BIND, NULL);
+      mount("/dev/null", p, NULL, MS_BIND, NULL);
   }
+}
+
+/* The watched mask files have been bound: their names go. */
+static void mask_files_done(void)
+{
+  char path[64];
+  for (size_t i = 0; masked_paths[i]; i++) {
+    snprintf(path, sizeof path, "/.dsec-masks/%zu", i);
+    unlink(path);
+  }
+  rmdir("/.dsec-masks");
 }
 
 static int mkdirs(const char *path, mode_t mode)
@@ -522,6 +544,7 @@ static void init_setup(struct init_ctx *c, json_t *spec)
   if (workdir && strcmp(workdir, "/") != 0)
     mkdirs(workdir, 0755);
   mask_paths();
+  mask_files_done();
   protect_and_hide(spec, c->sock);
 
   if (sethostname("dsec", 4) < 0)
@@ -878,6 +901,7 @@ enum watch_kind {
   W_IN,
   W_NOTIFY,
   W_PROXY,
+  W_FANOTIFY,
 };
 
 struct watch {
@@ -918,6 +942,7 @@ struct job {
   size_t stdin_len, stdin_off;
   double start, deadline;
   int64_t oom_before;
+  int64_t pids_before;
   bool stream; /* send output as it comes (run --attach) */
   bool timed_out, exited, kill_sent;
   int status;
@@ -956,6 +981,9 @@ struct sup {
   bool rootless;        /* not root: a user namespace of our own, no idmaps */
   bool suspended;       /* frozen: execs wait for resume */
   int proxy_lfd;        /* proxy mode: the sandbox's 127.0.0.1:3128 */
+  int fan_fd;           /* fanotify on the mask files, or -1 */
+  ino_t *mask_ino;      /* inode of each masked_paths entry's file */
+  struct watch w_fan;
   struct dsec_proxy *proxy;
   struct watch w_proxy;
   pthread_mutex_t net_lock; /* network events come from proxy threads */
@@ -1165,6 +1193,11 @@ static void job_free(struct sup *s, struct job *j)
 
 static void client_next(struct sup *s, struct client *cl);
 static void traj_note(struct sup *s, json_int_t seq, off_t off, size_t len);
+static void flush_suppressed(struct sup *s, double now);
+static int open_in_root(int rfd, const char *path, bool dir, uid_t base,
+                        struct dsec_error **err);
+
+#define DENIALS_PER_SECOND 50
 
 /* Builds the result, records it (trajectory first, fsync'd), answers. */
 static void job_finish(struct sup *s, struct job *j)
@@ -1236,6 +1269,14 @@ static void job_finish(struct sup *s, struct job *j)
   if (oom)
     sup_event(s, json_pack("{s:s, s:s, s:O}", "type", "limit", "limit",
                            "memory", "seq", j->seq ? j->seq : json_null()));
+  if (j->pids_before >= 0) {
+    int64_t hits = dsec_cgroup_pids_max_hits(s->cg);
+    if (hits > j->pids_before)
+      sup_event(s, json_pack("{s:s, s:s, s:O, s:I}", "type", "limit", "limit",
+                             "pids", "seq", j->seq ? j->seq : json_null(),
+                             "refused_forks",
+                             (json_int_t) (hits - j->pids_before)));
+  }
   if (j->out.total > j->out.len || j->err.total > j->err.len)
     sup_event(s, json_pack("{s:s, s:s, s:O, s:I}", "type", "limit", "limit",
                            "output", "seq", j->seq ? j->seq : json_null(),
@@ -1567,6 +1608,11 @@ static void job_start(struct sup *s, struct client *cl, json_t *req)
   j->start = now_ms();
   j->deadline = timeout > 0 ? j->start + timeout * 1000 : 0;
   j->oom_before = s->cg ? dsec_cgroup_oom_kills(s->cg) : -1;
+  j->pids_before = s->cg && json_object_get(json_object_get(s->spec,
+                                                            "resources"),
+                                            "pids")
+                     ? dsec_cgroup_pids_max_hits(s->cg)
+                     : -1;
   cl->job = j;
   s->jobs = xrealloc(s->jobs, sizeof *s->jobs * (s->njobs + 1));
   s->jobs[s->njobs++] = j;
@@ -1672,6 +1718,85 @@ static void proxy_accept(struct sup *s)
     if (fd < 0)
       return;
     dsec_proxy_serve(s->proxy, fd);
+  }
+}
+
+/* ---- opens of masked files */
+
+static void watch_masks(struct sup *s)
+{
+  _cleanup_free_ char *root = xasprintf("%s/rootfs", s->run);
+  _cleanup_close_ int rfd = open(root, O_PATH | O_DIRECTORY | O_CLOEXEC);
+  _cleanup_close_ int dir = -1;
+  size_t n = 0;
+
+  while (masked_paths[n])
+    n++;
+  s->fan_fd = fanotify_init(FAN_CLASS_NOTIF | FAN_CLOEXEC | FAN_NONBLOCK,
+                            O_RDONLY | O_CLOEXEC);
+  if (s->fan_fd < 0 || rfd < 0)
+    goto off;
+  _cleanup_error_ struct dsec_error *e = NULL;
+  dir = open_in_root(rfd, "/.dsec-masks", true, s->base, &e);
+  if (dir < 0)
+    goto off;
+  s->mask_ino = xzalloc(sizeof *s->mask_ino * (n + 1));
+  for (size_t i = 0; i < n; i++) {
+    struct stat st;
+    char name[32], host[96];
+    int fd;
+    /* only files are watched (directories get an empty tmpfs) */
+    if (lstat(masked_paths[i], &st) < 0 || S_ISDIR(st.st_mode))
+      continue;
+    snprintf(name, sizeof name, "%zu", i);
+    snprintf(host, sizeof host, "/proc/self/fd/%d/%s", dir, name);
+    fd = open(host, O_CREAT | O_WRONLY | O_NOFOLLOW | O_CLOEXEC, 0444);
+    /* the sandbox's root removes their names once they are bound */
+    if (fd < 0 || fchown(fd, s->base, s->base) < 0 || fstat(fd, &st) < 0) {
+      if (fd >= 0)
+        close(fd);
+      continue;
+    }
+    close(fd);
+    if (fanotify_mark(s->fan_fd, FAN_MARK_ADD, FAN_OPEN, AT_FDCWD, host) == 0)
+      s->mask_ino[i] = st.st_ino;
+  }
+  return;
+off:
+  if (s->fan_fd >= 0)
+    close(s->fan_fd);
+  s->fan_fd = -1;
+}
+
+/* An open of a masked file: recorded with the denials' rate limit. */
+static void masks_opened(struct sup *s)
+{
+  char buf[4096] __attribute__((aligned(__alignof__(struct fanotify_event_metadata))));
+  for (;;) {
+    ssize_t n = read(s->fan_fd, buf, sizeof buf);
+    struct fanotify_event_metadata *m;
+    if (n <= 0)
+      return;
+    for (m = (struct fanotify_event_metadata *) buf; FAN_EVENT_OK(m, n);
+         m = FAN_EVENT_NEXT(m, n)) {
+      struct stat st;
+      const char *path = NULL;
+      if (m->fd >= 0 && fstat(m->fd, &st) == 0)
+        for (size_t i = 0; masked_paths[i]; i++)
+          if (s->mask_ino[i] && s->mask_ino[i] == st.st_ino)
+            path = masked_paths[i];
+      if (m->fd >= 0)
+        close(m->fd);
+      if (!path)
+        continue;
+      if (now_ms() - s->denial_window >= 1000)
+        flush_suppressed(s, now_ms());
+      if (s->denials_in_window++ < DENIALS_PER_SECOND)
+        sup_event(s, json_pack("{s:s, s:s, s:i}", "type", "masked", "path",
+                               path, "pid", (int) m->pid));
+      else
+        s->denials_suppressed++;
+    }
   }
 }
 
@@ -1944,7 +2069,6 @@ static void accept_clients(struct sup *s)
 }
 
 #define LISTENERS_MAX 4096
-#define DENIALS_PER_SECOND 50
 
 static void listener_close(struct sup *s, struct listener *l)
 {
@@ -2395,6 +2519,9 @@ _Noreturn static void sup_loop(struct sup *s)
       case W_PROXY:
         proxy_accept(s);
         break;
+      case W_FANOTIFY:
+        masks_opened(s);
+        break;
       }
     }
     for (size_t g = 0; g < s->ngraves; g++)
@@ -2782,6 +2909,7 @@ _Noreturn void dsec_supervisor_main(struct dsec_container_opts *o)
   s->run = dsec_sandbox_run_dir(o->id);
   s->epfd = s->sfd = s->lsock = s->isock = s->traj_fd = s->events_fd = -1;
   s->proxy_lfd = -1;
+  s->fan_fd = -1;
   s->run_fd = -1;
   s->msgbuf = xmalloc(MSG_MAX);
   s->fncall = strcmp(json_string_value(json_object_get(o->spec, "backend")),
@@ -2992,6 +3120,12 @@ _Noreturn void dsec_supervisor_main(struct dsec_container_opts *o)
     goto fail;
   }
 
+  /* masked files the sandbox opens are recorded: each gets an empty file
+   * of its own, watched with fanotify (root only; fncall calls mount a
+   * /proc without them) */
+  if (!s->rootless && !s->fncall)
+    watch_masks(s);
+
   /* 5. go, with the root file system */
   {
     _cleanup_free_ char *rootfs = xasprintf("%s/rootfs", s->run);
@@ -3076,6 +3210,10 @@ _Noreturn void dsec_supervisor_main(struct dsec_container_opts *o)
       ep_add(s, s->isock, EPOLLIN, &s->w_init) < 0) {
     dsec_fail(&err, errno, "cannot set up the event loop");
     goto fail;
+  }
+  if (s->fan_fd >= 0) {
+    s->w_fan = (struct watch){ W_FANOTIFY, NULL, false };
+    ep_add(s, s->fan_fd, EPOLLIN, &s->w_fan);
   }
   if (s->proxy_lfd >= 0) {
     pthread_mutex_init(&s->net_lock, NULL);

@@ -758,6 +758,10 @@ EOF
   local n
   n=$(cat "$(cg_file "$id" pids pids.current)" 2>/dev/null || echo 0)
   [ "$n" -le 20 ]
+  if [ -f "$(cg_file "$id" pids pids.events)" ]; then
+    run -0 --separate-stderr dsec-run events "$id"
+    out_jq -s 'any(.[]; .type == "limit" and .limit == "pids" and .refused_forks > 0)'
+  fi
   # still usable: the shell's exit left room for one more command ...
   run -0 --separate-stderr dsec-run exec "$id" -- echo usable
   out_jq '.stdout == "usable\n"'

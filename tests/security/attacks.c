@@ -27,6 +27,7 @@
 #include <linux/if_ether.h>
 #include <linux/io_uring.h>
 #include <linux/keyctl.h>
+#include <linux/magic.h>
 #include <linux/perf_event.h>
 #include <linux/sched.h>
 #include <netinet/in.h>
@@ -46,6 +47,7 @@
 #include <sys/ptrace.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/statfs.h>
 #include <sys/statvfs.h>
 #include <sys/syscall.h>
 #include <sys/timex.h>
@@ -208,11 +210,24 @@ static int check(const char *label, long ret, ...)
 
 /* ------------------------------------------------------------- helpers */
 
+/* A mask: /dev/null, or an empty regular file that is not procfs's (dsec
+ * binds a watched empty file of its own, so opens are recorded). */
 static int is_dev_null(int fd)
 {
   struct stat st;
-  return fstat(fd, &st) == 0 && S_ISCHR(st.st_mode) && major(st.st_rdev) == 1 &&
-         minor(st.st_rdev) == 3;
+  struct statfs sf;
+  if (fstat(fd, &st) < 0)
+    return 0;
+  if (S_ISCHR(st.st_mode))
+    return major(st.st_rdev) == 1 && minor(st.st_rdev) == 3;
+  return S_ISREG(st.st_mode) && st.st_size == 0 && fstatfs(fd, &sf) == 0 &&
+         sf.f_type != PROC_SUPER_MAGIC;
+}
+
+static const char *mask_kind(int fd)
+{
+  struct stat st;
+  return fstat(fd, &st) == 0 && S_ISCHR(st.st_mode) ? "/dev/null" : "an empty mask file";
 }
 
 static int read_file(const char *path, char *buf, size_t cap)
@@ -738,7 +753,7 @@ static int a_kpagecgroup(int argc, char **argv)
   if (fd < 0)
     blocked("open /proc/kpagecgroup: %s", strerror(errno));
   else if (is_dev_null(fd))
-    blocked("/proc/kpagecgroup is /dev/null");
+    blocked("/proc/kpagecgroup is %s", mask_kind(fd));
   else
     escaped("opened the real /proc/kpagecgroup (not read)");
   if (fd >= 0)
