@@ -1750,7 +1750,7 @@ static void watch_masks(struct sup *s)
       continue;
     snprintf(name, sizeof name, "%zu", i);
     snprintf(host, sizeof host, "/proc/self/fd/%d/%s", dir, name);
-    fd = open(host, O_CREAT | O_WRONLY | O_NOFOLLOW | O_CLOEXEC, 0444);
+    fd = open(host, O_CREAT | O_EXCL | O_WRONLY | O_NOFOLLOW | O_CLOEXEC, 0444);
     /* the sandbox's root removes their names once they are bound */
     if (fd < 0 || fchown(fd, s->base, s->base) < 0 || fstat(fd, &st) < 0) {
       if (fd >= 0)
@@ -1758,7 +1758,7 @@ static void watch_masks(struct sup *s)
       continue;
     }
     close(fd);
-    if (fanotify_mark(s->fan_fd, FAN_MARK_ADD, FAN_OPEN, AT_FDCWD, host) == 0)
+    if (fanotify_mark(s->fan_fd, FAN_MARK_ADD | FAN_MARK_DONT_FOLLOW, FAN_OPEN, AT_FDCWD, host) == 0)
       s->mask_ino[i] = st.st_ino;
   }
   return;
