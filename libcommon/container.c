@@ -983,6 +983,7 @@ struct sup {
   int proxy_lfd;        /* proxy mode: the sandbox's 127.0.0.1:3128 */
   int fan_fd;           /* fanotify on the mask files, or -1 */
   ino_t *mask_ino;      /* inode of each masked_paths entry's file */
+  char *audit_off;      /* why opens of masked files are not recorded */
   struct watch w_fan;
   struct dsec_proxy *proxy;
   struct watch w_proxy;
@@ -1728,18 +1729,25 @@ static void watch_masks(struct sup *s)
   _cleanup_free_ char *root = xasprintf("%s/rootfs", s->run);
   _cleanup_close_ int rfd = open(root, O_PATH | O_DIRECTORY | O_CLOEXEC);
   _cleanup_close_ int dir = -1;
+  _cleanup_error_ struct dsec_error *e = NULL;
   size_t n = 0;
 
   while (masked_paths[n])
     n++;
   s->fan_fd = fanotify_init(FAN_CLASS_NOTIF | FAN_CLOEXEC | FAN_NONBLOCK,
                             O_RDONLY | O_CLOEXEC);
-  if (s->fan_fd < 0 || rfd < 0)
+  if (s->fan_fd < 0) {
+    /* EMFILE: fs.fanotify.max_user_groups (128 by default) is used up */
+    s->audit_off = xasprintf("masked: fanotify_init: %s", strerror(errno));
     goto off;
-  _cleanup_error_ struct dsec_error *e = NULL;
+  }
+  if (rfd < 0)
+    goto off;
   dir = open_in_root(rfd, "/.dsec-masks", true, s->base, &e);
-  if (dir < 0)
+  if (dir < 0) {
+    s->audit_off = xasprintf("masked: %s", e ? e->msg : "cannot create the mask files");
     goto off;
+  }
   s->mask_ino = xzalloc(sizeof *s->mask_ino * (n + 1));
   for (size_t i = 0; i < n; i++) {
     struct stat st;
@@ -3125,6 +3133,10 @@ _Noreturn void dsec_supervisor_main(struct dsec_container_opts *o)
    * /proc without them) */
   if (!s->rootless && !s->fncall)
     watch_masks(s);
+  else
+    s->audit_off = xasprintf("masked: not recorded %s",
+                             s->rootless ? "rootless (fanotify needs root)"
+                                         : "by the fncall backend");
 
   /* 5. go, with the root file system */
   {
@@ -3255,6 +3267,8 @@ _Noreturn void dsec_supervisor_main(struct dsec_container_opts *o)
   }
   if ((v = json_object_get(o->spec, "name")))
     json_object_set(s->state, "name", v);
+  if (s->audit_off)
+    json_object_set_new(s->state, "audit_unavailable", json_string(s->audit_off));
   {
     _cleanup_free_ char *boot = dsec_boot_id();
     if (boot)

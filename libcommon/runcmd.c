@@ -598,7 +598,8 @@ static json_t *sandbox_record(const char *id, json_t *st)
   json_t *r = json_pack("{s:s, s:s}", "type", "sandbox", "id", id);
   static const char *const keys[] = { "name",    "state",   "backend",
                                       "created", "ended",   "cause",
-                                      "init_pid", "supervisor_pid", NULL };
+                                      "init_pid", "supervisor_pid",
+                                      "audit_unavailable", NULL };
   json_t *why = json_object_get(json_object_get(st, "cgroup"), "unavailable");
   for (const char *const *k = keys; *k; k++) {
     json_t *v = json_object_get(st, *k);
