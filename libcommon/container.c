@@ -2359,6 +2359,29 @@ static void stdin_writable(struct sup *s, struct job *j)
   j->in_fd = -1;
 }
 
+/* Destroying a fanotify group waits for an SRCU grace period (~15 ms here),
+ * and whoever removes the sandbox waits for our exit: a child holding the
+ * last reference pays it instead, dying with us (only async-signal-safe
+ * calls after fork: proxy threads may run). */
+static void release_mask_watch(struct sup *s)
+{
+  pid_t parent = getpid(), pid;
+  if (s->fan_fd < 0)
+    return;
+  pid = fork();
+  if (pid == 0) {
+    if (dup2(s->fan_fd, 0) < 0)
+      _exit(0);
+    close_range(1, ~0U, 0);
+    if (prctl(PR_SET_PDEATHSIG, SIGKILL) < 0 || getppid() != parent)
+      _exit(0);
+    for (;;)
+      pause();
+  }
+  close(s->fan_fd);
+  s->fan_fd = -1;
+}
+
 static void sup_teardown(struct sup *s, const char *state, const char *cause)
 {
   _cleanup_free_ char *now = dsec_time_rfc3339();
@@ -2396,6 +2419,7 @@ static void sup_teardown(struct sup *s, const char *state, const char *cause)
   if (s->run_fd >= 0)
     unlinkat(s->run_fd, "ctl.sock", 0);
   fsync(s->events_fd);
+  release_mask_watch(s);
   _exit(0);
 }
 
