@@ -577,7 +577,12 @@ static int cmp_node(const void *a, const void *b)
                 ((const struct pnode *) b)->name);
 }
 
-static int load_nodes(struct planner *p, const char *path,
+typedef int parse_fn(struct planner *p, json_t *o, const char *what,
+                     struct dsec_error **err);
+
+/* Each JSON line of PATH ("-": stdin) through PARSE, named "FILE:LINE"
+ * in its errors. */
+static int load_lines(struct planner *p, const char *path, parse_fn *parse,
                       struct dsec_error **err)
 {
   struct lines l;
@@ -592,16 +597,23 @@ static int load_nodes(struct planner *p, const char *path,
     if (ret <= 0)
       break;
     snprintf(what, sizeof what, "%s:%zu", l.label, l.lineno);
-    ret = parse_node(p, o, what, err);
+    ret = parse(p, o, what, err);
     json_decref(o);
     if (ret < 0)
       break;
   }
-  if (ret == 0 && p->n_nodes == 0)
-    ret = dsec_bad_input(err, "%s: no nodes", l.label);
   lines_close(&l);
-  if (ret < 0)
+  return ret < 0 ? -1 : 0;
+}
+
+static int load_nodes(struct planner *p, const char *path,
+                      struct dsec_error **err)
+{
+  if (load_lines(p, path, parse_node, err) < 0)
     return -1;
+  if (p->n_nodes == 0)
+    return dsec_bad_input(err, "%s: no nodes",
+                          strcmp(path, "-") == 0 ? "stdin" : path);
   /* the tie-break order, whatever the order of the input */
   qsort(p->nodes, p->n_nodes, sizeof *p->nodes, cmp_node);
   return 0;
@@ -748,25 +760,7 @@ static int parse_request(struct planner *p, json_t *o, const char *what,
 static int load_requests(struct planner *p, const char *path,
                          struct dsec_error **err)
 {
-  struct lines l;
-  int ret;
-
-  if (lines_open(&l, path, err) < 0)
-    return -1;
-  for (;;) {
-    json_t *o = NULL;
-    char what[64 + 4096];
-    ret = lines_next(&l, &o, err);
-    if (ret <= 0)
-      break;
-    snprintf(what, sizeof what, "%s:%zu", l.label, l.lineno);
-    ret = parse_request(p, o, what, err);
-    json_decref(o);
-    if (ret < 0)
-      break;
-  }
-  lines_close(&l);
-  return ret;
+  return load_lines(p, path, parse_request, err);
 }
 
 /* ---- output ------------------------------------------------------------ */
