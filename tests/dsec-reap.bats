@@ -32,27 +32,15 @@ setup() {
   common_setup
   require_root
   run_setup
-  BG_PIDS=()
   MOUNTS=()
 }
 
 teardown() {
-  local p m
-  for p in "${BG_PIDS[@]}"; do
-    kill -9 "$p" 2>/dev/null || true
-  done
+  local m
   for m in "${MOUNTS[@]}"; do
     umount -l "$m" 2>/dev/null || true
   done
   sb_teardown
-}
-
-# bg CMD...: runs CMD in the background (fd 3 closed, so bats does not wait
-# for it), remembering its pid for teardown; $BG is the pid.
-bg() {
-  "$@" 3>&- &
-  BG=$!
-  BG_PIDS+=("$BG")
 }
 
 # fake_id: a fresh sandbox id, remembered so that teardown checks (and

@@ -6,6 +6,7 @@
 
 bats_require_minimum_version 1.5.0
 load helpers/common
+load helpers/run
 
 setup_file() {
   PORT=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
@@ -32,29 +33,24 @@ hs = b"\x01" + struct.pack(">I", len(body))[1:] + body
 open(sys.argv[1], "wb").write(b"\x16\x03\x01" + struct.pack(">H", len(hs)) + hs)
 PY
   chmod -R a+rX "$BATS_FILE_TMPDIR/t"
+  busybox_tar >/dev/null
+  run_file_setup
 }
 
 teardown_file() {
   kill "$(cat "$BATS_FILE_TMPDIR/http.pid")" 2>/dev/null || true
+  sb_file_teardown
 }
 
 setup() {
   common_setup
   require_root
-  DSEC_RUN=$(mktemp -d /tmp/dsec-proxy-run.XXXXXX)
-  export DSEC_RUN
-  dsec-pull --name busybox:1 "tar:$(busybox_tar)" >/dev/null
+  run_setup
 }
 
+# every sandbox of the test's store removed, no cgroup or process left
 teardown() {
-  local ids
-  ids=$(dsec-run ps --all 2>/dev/null | jq -r .id)
-  # shellcheck disable=SC2086
-  [ -z "$ids" ] || dsec-run rm --force $ids >/dev/null 2>&1 || true
-  for id in $ids; do
-    ! ls -d /sys/fs/cgroup/*/dsec/"$id" 2>/dev/null
-  done
-  rm -rf "$DSEC_RUN"
+  sb_teardown
 }
 
 # sandbox ALLOW-JSON [DENY-JSON]: a proxy-mode sandbox named px

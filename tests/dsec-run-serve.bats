@@ -3,24 +3,26 @@
 
 bats_require_minimum_version 1.5.0
 load helpers/common
+load helpers/run
+
+setup_file() {
+  busybox_tar >/dev/null
+  run_file_setup
+}
+
+teardown_file() {
+  sb_file_teardown
+}
 
 setup() {
   common_setup
   require_root
-  DSEC_RUN=$(mktemp -d /tmp/dsec-serve-run.XXXXXX)
-  export DSEC_RUN
-  dsec-pull --name busybox:1 "tar:$(busybox_tar)" >/dev/null
+  run_setup
 }
 
+# every sandbox of the test's store removed, no cgroup or process left
 teardown() {
-  local ids
-  ids=$(dsec-run ps --all 2>/dev/null | jq -r .id)
-  # shellcheck disable=SC2086
-  [ -z "$ids" ] || dsec-run rm --force $ids >/dev/null 2>&1 || true
-  for id in $ids; do
-    ! ls -d /sys/fs/cgroup/*/dsec/"$id" 2>/dev/null
-  done
-  rm -rf "$DSEC_RUN"
+  sb_teardown
 }
 
 @test "serve: create, exec, ps, rm; every answer carries its rid" {

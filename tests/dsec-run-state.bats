@@ -29,26 +29,13 @@ setup() {
   # while this file runs does not pull the programs from under it
   PATH="$BATS_FILE_TMPDIR/bin:$PATH"
   run_setup
-  BG_PIDS=()
 }
 
 teardown() {
-  local p
-  for p in "${BG_PIDS[@]}"; do
-    kill -9 "$p" 2>/dev/null || true
-  done
   sb_teardown
 }
 
 # --- helpers of this file ---------------------------------------------------
-
-# bg CMD...: runs CMD in the background (fd 3 closed, so bats does not wait
-# for it), remembering its pid for teardown; $BG is the pid.
-bg() {
-  "$@" 3>&- &
-  BG=$!
-  BG_PIDS+=("$BG")
-}
 
 # sb_file ID PATH: where PATH of the sandbox's writable layer is on the host
 # (a sandbox that was neither resumed nor given a disk limit).

@@ -26,23 +26,10 @@ setup() {
   common_setup
   require_root
   run_setup
-  BG_PIDS=()
 }
 
 teardown() {
-  local p
-  for p in "${BG_PIDS[@]}"; do
-    kill -9 "$p" 2>/dev/null || true
-  done
   sb_teardown
-}
-
-# bg CMD...: runs CMD in the background (fd 3 closed, so bats does not wait
-# for it), remembering its pid for teardown; $BG is the pid.
-bg() {
-  "$@" 3>&- &
-  BG=$!
-  BG_PIDS+=("$BG")
 }
 
 # --- the command-line contract ---------------------------------------------

@@ -33,10 +33,19 @@ run_file_setup() {
 run_setup() {
   SB_IDS="$BATS_TEST_TMPDIR/sandbox-ids"
   : >"$SB_IDS"
+  BG_PIDS=()
   DSEC_RUN="$DSEC_FILE_RUN/$BATS_TEST_NUMBER"
   mkdir -m 711 "$DSEC_RUN"
   export DSEC_RUN
   dsec-pull --name busybox:1 "tar:$(busybox_tar)" >/dev/null
+}
+
+# bg CMD...: runs CMD in the background (fd 3 closed, so bats does not wait
+# for it), remembering its pid for sb_teardown; $BG is the pid.
+bg() {
+  "$@" 3>&- &
+  BG=$!
+  BG_PIDS+=("$BG")
 }
 
 # sb_track: remembers every sandbox of this store, listed or only on disk.
@@ -155,7 +164,10 @@ sb_last_resort() {
 # sb_teardown: rm --force everything, then check nothing is left; on a
 # failure, clean up by hand and fail.
 sb_teardown() {
-  local ok=0
+  local ok=0 p
+  for p in "${BG_PIDS[@]}"; do
+    kill -9 "$p" 2>/dev/null || true
+  done
   [ -n "${DSEC_ROOT-}" ] || return 0
   sb_rm_all || {
     echo "teardown: dsec-run rm --force failed" >&2
