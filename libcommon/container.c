@@ -1194,7 +1194,7 @@ static void job_free(struct sup *s, struct job *j)
 
 static void client_next(struct sup *s, struct client *cl);
 static void traj_note(struct sup *s, json_int_t seq, off_t off, size_t len);
-static void flush_suppressed(struct sup *s, double now);
+static bool denial_admit(struct sup *s);
 static int open_in_root(int rfd, const char *path, bool dir, uid_t base,
                         struct dsec_error **err);
 
@@ -1741,8 +1741,10 @@ static void watch_masks(struct sup *s)
     s->audit_off = xasprintf("masked: fanotify_init: %s", strerror(errno));
     goto off;
   }
-  if (rfd < 0)
+  if (rfd < 0) {
+    s->audit_off = xasprintf("masked: cannot open %s: %s", root, strerror(errno));
     goto off;
+  }
   dir = open_in_root(rfd, "/.dsec-masks", true, s->base, &e);
   if (dir < 0) {
     s->audit_off = xasprintf("masked: %s", e ? e->msg : "cannot create the mask files");
@@ -1797,13 +1799,9 @@ static void masks_opened(struct sup *s)
         close(m->fd);
       if (!path)
         continue;
-      if (now_ms() - s->denial_window >= 1000)
-        flush_suppressed(s, now_ms());
-      if (s->denials_in_window++ < DENIALS_PER_SECOND)
+      if (denial_admit(s))
         sup_event(s, json_pack("{s:s, s:s, s:i}", "type", "masked", "path",
                                path, "pid", (int) m->pid));
-      else
-        s->denials_suppressed++;
     }
   }
 }
@@ -2194,6 +2192,21 @@ static void flush_suppressed(struct sup *s, double now)
   }
 }
 
+/* Whether one more denial-class event (denied, masked) may be recorded in
+ * this second; the rest are counted for denied_suppressed. */
+static bool denial_admit(struct sup *s)
+{
+  double now = now_ms();
+  if (now - s->denial_window >= 1000)
+    flush_suppressed(s, now);
+  if (s->denials_in_window < DENIALS_PER_SECOND) {
+    s->denials_in_window++;
+    return true;
+  }
+  s->denials_suppressed++;
+  return false;
+}
+
 static void process_started(struct sup *s, struct listener *l,
                             struct seccomp_notif *req,
                             struct seccomp_notif_resp *resp)
@@ -2263,7 +2276,6 @@ static void listener_ready(struct sup *s, struct listener *l, uint32_t events)
   if (events & EPOLLIN) {
     struct seccomp_notif *req = s->notif;
     struct seccomp_notif_resp *resp = s->notif_resp;
-    double now;
     int nr;
 
     memset(req, 0, sizeof *req);
@@ -2278,10 +2290,7 @@ static void listener_ready(struct sup *s, struct listener *l, uint32_t events)
       resp->error = -dsec_seccomp_denial_errno(nr, (unsigned long) req->data.args[1]);
       seccomp_notify_respond(l->fd, resp);
 
-      now = now_ms();
-      if (now - s->denial_window >= 1000)
-        flush_suppressed(s, now);
-      if (s->denials_in_window++ < DENIALS_PER_SECOND) {
+      if (denial_admit(s)) {
         json_t *ev = json_pack("{s:s, s:s, s:O, s:i, s:i}", "type", "denied",
                                "syscall", dsec_seccomp_name(nr), "seq",
                                l->seq ? l->seq : json_null(), "pid",
@@ -2291,8 +2300,7 @@ static void listener_ready(struct sup *s, struct listener *l, uint32_t events)
                               json_sprintf("0x%llx",
                                            (unsigned long long) req->data.args[1]));
         sup_event(s, ev);
-      } else
-        s->denials_suppressed++;
+      }
       return;
     }
   }
