@@ -45,54 +45,62 @@ teardown() {
 }
 
 # --- system calls the filter denies (EPERM) --------------------------------
-# EVENT: each of these should leave a "denied" event once they are recorded.
+# Each leaves a "denied" event naming the call.
 
 @test "keyctl, add_key and request_key are denied" {
   sb_create
   attack keyctl
   assert_blocked keyctl
+  assert_event "$SB" '.type == "denied" and .syscall == "keyctl" and .pid > 0'
 }
 
 @test "bpf(BPF_PROG_LOAD) and BPF_MAP_CREATE are denied" {
   sb_create
   attack bpf
   assert_blocked bpf
+  assert_event "$SB" '.type == "denied" and .syscall == "bpf" and .pid > 0'
 }
 
 @test "perf_event_open is denied" {
   sb_create
   attack perf
   assert_blocked perf
+  assert_event "$SB" '.type == "denied" and .syscall == "perf_event_open" and .pid > 0'
 }
 
 @test "userfaultfd is denied, /dev/userfaultfd absent" {
   sb_create
   attack userfaultfd
   assert_blocked userfaultfd
+  assert_event "$SB" '.type == "denied" and .syscall == "userfaultfd" and .pid > 0'
 }
 
 @test "io_uring_setup, io_uring_enter and io_uring_register are denied" {
   sb_create
   attack io_uring
   assert_blocked io_uring
+  assert_event "$SB" '.type == "denied" and .syscall == "io_uring_setup" and .pid > 0'
 }
 
 @test "kexec_load and kexec_file_load are denied" {
   sb_create
   attack kexec
   assert_blocked kexec
+  assert_event "$SB" '.type == "denied" and .syscall == "kexec_load" and .pid > 0'
 }
 
 @test "init_module, finit_module and delete_module are denied" {
   sb_create
   attack module
   assert_blocked module
+  assert_event "$SB" '.type == "denied" and .syscall == "init_module" and .pid > 0'
 }
 
 @test "open_by_handle_at (shocker) and name_to_handle_at are denied" {
   sb_create
   attack handle
   assert_blocked handle
+  assert_event "$SB" '.type == "denied" and .syscall == "open_by_handle_at" and .pid > 0'
 }
 
 @test "mount of a tmpfs on /mnt, bind mounts and the new mount API are denied" {
