@@ -62,6 +62,7 @@
 #include <seccomp.h>
 
 #include "cgroup.h"
+#include "exec.h"
 #include "fsutil.h"
 #include "log.h"
 #include "process.h"
@@ -963,7 +964,7 @@ struct sup {
   char *dir, *run;
   json_t *spec;
   json_t *state;
-  int epfd, sfd, lsock, isock, traj_fd, events_fd, run_fd;
+  int epfd, sfd, lsock, isock, events_fd, run_fd;
   pid_t init_pid, stage1_pid;
   struct dsec_cgroup *cg;
   struct client **clients;
@@ -992,7 +993,6 @@ struct sup {
   int net_in_window;
   uint64_t net_suppressed;
   uid_t base;           /* the sandbox root's host id (0 rootless) */
-  json_t *last_seq;     /* the last seq recorded, for checkpoints */
   char *upperfs;        /* the disk-limited file system, or NULL */
   struct listener **listeners;
   size_t nlisteners;
@@ -1000,13 +1000,7 @@ struct sup {
    * still hold events that point at them) */
   void **graves;
   size_t ngraves;
-  /* the trajectory by seq: where record seq_base + i is in the file */
-  struct traj_entry {
-    off_t off;
-    size_t len;
-  } *traj;
-  size_t ntraj;
-  json_int_t seq_base;
+  struct dsec_traj traj;
   struct seccomp_notif *notif;
   struct seccomp_notif_resp *notif_resp;
   double denial_window;   /* start of the current second */
@@ -1043,47 +1037,6 @@ static int ep_add(struct sup *s, int fd, uint32_t events, struct watch *w)
 }
 
 /* Replaces invalid UTF-8 with U+FFFD so output always fits in JSON. */
-static json_t *utf8_string(const char *buf, size_t len)
-{
-  char *out = xmalloc(len * 3 + 1);
-  size_t o = 0;
-  json_t *j;
-
-  for (size_t i = 0; i < len;) {
-    unsigned char c = (unsigned char) buf[i];
-    size_t n = c < 0x80 ? 1 : (c >> 5) == 6 ? 2 : (c >> 4) == 14 ? 3
-                                              : (c >> 3) == 30  ? 4 : 0;
-    bool ok = n > 0 && i + n <= len;
-    for (size_t k = 1; ok && k < n; k++)
-      ok = ((unsigned char) buf[i + k] >> 6) == 2;
-    if (ok && n == 2 && c < 0xc2)
-      ok = false; /* overlong */
-    if (ok && n == 3) {
-      unsigned cp = ((c & 15u) << 12) | (((unsigned char) buf[i + 1] & 63u) << 6) |
-                    ((unsigned char) buf[i + 2] & 63u);
-      ok = cp >= 0x800 && (cp < 0xd800 || cp > 0xdfff);
-    }
-    if (ok && n == 4) {
-      unsigned cp = ((c & 7u) << 18) | (((unsigned char) buf[i + 1] & 63u) << 12) |
-                    (((unsigned char) buf[i + 2] & 63u) << 6) |
-                    ((unsigned char) buf[i + 3] & 63u);
-      ok = cp >= 0x10000 && cp <= 0x10ffff;
-    }
-    if (ok) {
-      memcpy(out + o, buf + i, n);
-      o += n;
-      i += n;
-    } else {
-      memcpy(out + o, "\xef\xbf\xbd", 3);
-      o += 3;
-      i++;
-    }
-  }
-  j = json_stringn(out, o);
-  free(out);
-  return j;
-}
-
 /* An answer goes whole: the socket blocks for it (SO_SNDTIMEO bounds a
  * client that stops reading to 10 s), then is non-blocking again for
  * reading requests. */
@@ -1193,7 +1146,6 @@ static void job_free(struct sup *s, struct job *j)
 }
 
 static void client_next(struct sup *s, struct client *cl);
-static void traj_note(struct sup *s, json_int_t seq, off_t off, size_t len);
 static bool denial_admit(struct sup *s);
 static int open_in_root(int rfd, const char *path, bool dir, uid_t base,
                         struct dsec_error **err);
@@ -1203,7 +1155,7 @@ static int open_in_root(int rfd, const char *path, bool dir, uid_t base,
 /* Builds the result, records it (trajectory first, fsync'd), answers. */
 static void job_finish(struct sup *s, struct job *j)
 {
-  json_t *res, *rec;
+  json_t *res;
   int code, sig = 0;
   int64_t oom_after;
   bool oom = false;
@@ -1222,43 +1174,21 @@ static void job_finish(struct sup *s, struct job *j)
   if (j->oom_before >= 0 && oom_after > j->oom_before && sig == SIGKILL)
     oom = true;
 
-  res = json_pack("{s:s, s:s, s:O, s:i, s:o, s:o, s:o, s:I, s:I, s:b, s:b, "
-                  "s:b, s:f, s:b}",
-                  "type", "result", "id", s->id, "seq",
-                  j->seq ? j->seq : json_null(), "exit_code", code, "signal",
-                  sig ? json_integer(sig) : json_null(), "stdout",
-                  utf8_string(j->out.data ? j->out.data : "", j->out.len),
-                  "stderr",
-                  utf8_string(j->err.data ? j->err.data : "", j->err.len),
-                  "stdout_bytes", (json_int_t) j->out.total, "stderr_bytes",
-                  (json_int_t) j->err.total, "truncated",
-                  j->out.total > j->out.len || j->err.total > j->err.len,
-                  "timed_out", j->timed_out, "oom_killed", oom, "duration_ms",
-                  round((now_ms() - j->start) * 10) / 10, "replayed", false);
+  res = dsec_exec_result(s->id, j->seq, code, sig, j->out.data, j->out.len,
+                         j->out.total, j->err.data, j->err.len, j->err.total,
+                         j->timed_out, oom, now_ms() - j->start);
   if (j->error)
     json_object_set_new(res, "error", json_string(j->error));
-
-  rec = json_pack("{s:s, s:O, s:O, s:O}", "type", "exec", "seq",
-                  j->seq ? j->seq : json_null(), "request", j->req, "result",
-                  res);
   {
     _cleanup_error_ struct dsec_error *e = NULL;
-    off_t off = lseek(s->traj_fd, 0, SEEK_END);
-    if (dsec_json_write_line(s->traj_fd, rec, &e) < 0 ||
-        fdatasync(s->traj_fd) < 0) {
+    if (dsec_traj_append(&s->traj, j->seq, j->req, res, &e) < 0) {
       /* the result cannot be made durable: say so instead of lying */
       json_object_set_new(res, "exit_code", json_integer(DSEC_EXIT_INTERNAL));
       json_object_set_new(res, "error",
                           json_string("cannot record the result in the "
                                       "trajectory"));
-    } else if (j->seq) {
-      traj_note(s, json_integer_value(j->seq), off,
-                (size_t) (lseek(s->traj_fd, 0, SEEK_END) - off));
-      json_decref(s->last_seq);
-      s->last_seq = json_incref(j->seq);
     }
   }
-  json_decref(rec);
   sup_event(s, json_pack("{s:s, s:O, s:O, s:O, s:i, s:b, s:b}", "type", "exec",
                          "seq", j->seq ? j->seq : json_null(), "argv",
                          json_object_get(j->req, "cmd"), "cwd",
@@ -1322,247 +1252,51 @@ static void reply_error(struct client *cl, const char *msg, int status)
   json_decref(r);
 }
 
-/* The environment of an exec: image config, spec, request (last wins). */
-static json_t *exec_env(struct sup *s, json_t *req_env)
-{
-  json_t *merged = json_copy(s->base_env);
-  json_t *out = json_array();
-  const char *k;
-  json_t *v;
-
-  if (json_is_object(req_env))
-    json_object_update(merged, req_env);
-  json_object_foreach(merged, k, v)
-    json_array_append_new(out, json_sprintf("%s=%s", k, json_string_value(v)));
-  json_decref(merged);
-  return out;
-}
-
-static int validate_request(json_t *req, char **why)
-{
-  json_t *cmd = json_object_get(req, "cmd");
-  json_t *v;
-  size_t i, total = 0;
-
-  if (!json_is_array(cmd) || json_array_size(cmd) == 0 ||
-      json_array_size(cmd) > 65536) {
-    *why = xstrdup("`cmd` must be a non-empty array of strings");
-    return -1;
-  }
-  json_array_foreach(cmd, i, v)
-  {
-    if (!json_is_string(v)) {
-      *why = xasprintf("`cmd[%zu]` must be a string", i);
-      return -1;
-    }
-    total += json_string_length(v) + 1;
-    if (strlen(json_string_value(v)) != json_string_length(v)) {
-      *why = xasprintf("`cmd[%zu]` contains a NUL byte", i);
-      return -1;
-    }
-  }
-  if (total > (512u << 10)) {
-    *why = xstrdup("`cmd` is larger than 512 KiB");
-    return -1;
-  }
-  v = json_object_get(req, "stdin");
-  if (v && !json_is_null(v) && !json_is_string(v)) {
-    *why = xstrdup("`stdin` must be a string");
-    return -1;
-  }
-  v = json_object_get(req, "timeout_s");
-  if (v && !json_is_null(v) && (!json_is_number(v) || json_number_value(v) < 0)) {
-    *why = xstrdup("`timeout_s` must be a non-negative number");
-    return -1;
-  }
-  v = json_object_get(req, "seq");
-  if (v && !json_is_null(v) && (!json_is_integer(v) || json_integer_value(v) < 0)) {
-    *why = xstrdup("`seq` must be a non-negative integer");
-    return -1;
-  }
-  v = json_object_get(req, "max_output_bytes");
-  if (v && !json_is_null(v) &&
-      (!json_is_integer(v) || json_integer_value(v) < 0 ||
-       json_integer_value(v) > (64LL << 20))) {
-    /* the supervisor holds the output (outside the sandbox's memory
-     * limit): bounded */
-    *why = xstrdup("`max_output_bytes` must be an integer from 0 to 64 MiB");
-    return -1;
-  }
-  v = json_object_get(req, "env");
-  if (v && !json_is_null(v)) {
-    const char *k;
-    json_t *ev;
-    if (!json_is_object(v)) {
-      *why = xstrdup("`env` must be an object of strings");
-      return -1;
-    }
-    json_object_foreach(v, k, ev)
-    {
-      if (!*k || strchr(k, '=') || !json_is_string(ev)) {
-        *why = xasprintf("invalid environment entry `%s`", k);
-        return -1;
-      }
-    }
-  }
-  v = json_object_get(req, "workdir");
-  if (v && !json_is_null(v) &&
-      (!json_is_string(v) || json_string_value(v)[0] != '/')) {
-    *why = xstrdup("`workdir` must be an absolute path");
-    return -1;
-  }
-  return 0;
-}
-
 /* ---- the trajectory: replay by seq */
-
-static void traj_note(struct sup *s, json_int_t seq, off_t off, size_t len)
-{
-  size_t i;
-  if (s->ntraj == 0 && !s->traj)
-    s->seq_base = seq;
-  if (seq < s->seq_base)
-    return;
-  i = (size_t) (seq - s->seq_base);
-  if (i >= s->ntraj) {
-    s->traj = xrealloc(s->traj, sizeof *s->traj * (i + 1));
-    for (size_t k = s->ntraj; k <= i; k++)
-      s->traj[k] = (struct traj_entry){ -1, 0 };
-    s->ntraj = i + 1;
-  }
-  s->traj[i] = (struct traj_entry){ off, len };
-}
-
-/* Indexes an existing trajectory (a sandbox resumed with its log). */
-static void traj_load(struct sup *s)
-{
-  FILE *f = fdopen(dup(s->traj_fd), "r");
-  char *line = NULL;
-  size_t cap = 0;
-  ssize_t n;
-  off_t off = 0;
-
-  if (!f)
-    return;
-  rewind(f);
-  while ((n = getline(&line, &cap, f)) > 0) {
-    json_t *rec = json_loadb(line, (size_t) n, 0, NULL);
-    json_t *seq = json_object_get(rec, "seq");
-    if (json_is_integer(seq) &&
-        strcmp(json_string_value(json_object_get(rec, "type")) ?: "", "exec") == 0) {
-      traj_note(s, json_integer_value(seq), off, (size_t) n);
-      json_decref(s->last_seq);
-      s->last_seq = json_incref(seq);
-    }
-    json_decref(rec);
-    off += n;
-  }
-  free(line);
-  fclose(f);
-}
-
-static bool seq_running(struct sup *s, json_int_t seq)
-{
-  for (size_t i = 0; i < s->njobs; i++)
-    if (s->jobs[i]->seq && json_integer_value(s->jobs[i]->seq) == seq)
-      return true;
-  return false;
-}
-
-static void reply_seq_error(struct client *cl, json_int_t seq, const char *msg)
-{
-  json_t *r = json_pack("{s:s, s:s, s:I, s:i}", "type", "error", "error", msg,
-                        "seq", (json_int_t) seq, "exit_code",
-                        DSEC_EXIT_SEQUENCE);
-  client_write(cl, r);
-  json_decref(r);
-}
 
 /* A request with a seq: replayed from the trajectory when recorded (1),
  * refused when it conflicts (-1), run when it is the next one (0). */
 static int traj_check(struct sup *s, struct client *cl, json_t *req)
 {
-  json_int_t seq = json_integer_value(json_object_get(req, "seq"));
-  json_int_t next = s->traj ? s->seq_base + (json_int_t) s->ntraj : -1;
-  struct traj_entry *e;
-  _cleanup_free_ char *msg = NULL;
-  _cleanup_json_ json_t *rec = NULL;
-  char *buf;
+  json_int_t *running = xzalloc(sizeof *running * (s->njobs + 1));
+  size_t n = 0;
+  const char *conflict;
+  json_t *out = NULL;
+  int r;
 
-  if (seq_running(s, seq)) {
-    msg = xasprintf("seq %lld is running already", (long long) seq);
-    reply_seq_error(cl, seq, msg);
-    return -1;
+  for (size_t i = 0; i < s->njobs; i++)
+    if (s->jobs[i]->seq)
+      running[n++] = json_integer_value(s->jobs[i]->seq);
+  r = dsec_traj_check(&s->traj, req, running, n, &out, &conflict);
+  free(running);
+  if (r == 0)
+    return 0;
+  if (r > 0)
+    json_object_set_new(out, "id", json_string(s->id));
+  client_write(cl, out);
+  json_decref(out);
+  if (conflict)
+    sup_event(s, json_pack("{s:s, s:O, s:s}", "type", "replay_conflict",
+                           "seq", json_object_get(req, "seq"), "field",
+                           conflict));
+  else if (r > 0) {
+    sup_event(s, json_pack("{s:s, s:O}", "type", "replay", "seq",
+                           json_object_get(req, "seq")));
+    s->last_activity_ms = now_ms();
   }
-  if (!s->traj || seq >= next) {
-    /* the next one (with those still running counted), or the first */
-    json_int_t want = next;
-    for (size_t i = 0; i < s->njobs; i++)
-      if (s->jobs[i]->seq && json_integer_value(s->jobs[i]->seq) >= want)
-        want = json_integer_value(s->jobs[i]->seq) + 1;
-    if (!s->traj && want < 0)
-      return 0; /* the first seq starts the trajectory */
-    if (seq == want)
-      return 0;
-    msg = xasprintf("seq %lld is beyond the trajectory's next, %lld",
-                    (long long) seq, (long long) want);
-    reply_seq_error(cl, seq, msg);
-    return -1;
-  }
-  if (seq < s->seq_base || s->traj[seq - s->seq_base].off < 0) {
-    msg = xasprintf("seq %lld is not in the trajectory", (long long) seq);
-    reply_seq_error(cl, seq, msg);
-    return -1;
-  }
-  e = &s->traj[seq - s->seq_base];
-  buf = xmalloc(e->len + 1);
-  if (pread(s->traj_fd, buf, e->len, e->off) == (ssize_t) e->len)
-    rec = json_loadb(buf, e->len, 0, NULL);
-  free(buf);
-  if (!rec) {
-    msg = xasprintf("seq %lld: its trajectory record cannot be read",
-                    (long long) seq);
-    reply_seq_error(cl, seq, msg);
-    return -1;
-  }
-  {
-    /* the same command, input, environment and directory, or a conflict:
-     * never a silent re-run */
-    static const char *const keys[] = { "cmd", "stdin", "env", "workdir" };
-    json_t *was = json_object_get(rec, "request");
-    for (size_t i = 0; i < ARRAY_SIZE(keys); i++)
-      if (!json_equal(json_object_get(was, keys[i]),
-                      json_object_get(req, keys[i]))) {
-        msg = xasprintf("seq %lld differs from the recorded request (%s)",
-                        (long long) seq, keys[i]);
-        reply_seq_error(cl, seq, msg);
-        sup_event(s, json_pack("{s:s, s:I, s:s}", "type", "replay_conflict",
-                               "seq", (json_int_t) seq, "field", keys[i]));
-        return -1;
-      }
-  }
-  {
-    json_t *res = json_object_get(rec, "result");
-    json_object_set_new(res, "replayed", json_true());
-    json_object_set_new(res, "id", json_string(s->id));
-    client_write(cl, res);
-    sup_event(s, json_pack("{s:s, s:I}", "type", "replay", "seq",
-                           (json_int_t) seq));
-  }
-  s->last_activity_ms = now_ms();
-  return 1;
+  return r;
 }
 
 static void job_start(struct sup *s, struct client *cl, json_t *req)
 {
   struct job *j = xzalloc(sizeof *j);
   int in[2] = { -1, -1 }, out[2] = { -1, -1 }, er[2] = { -1, -1 };
-  json_t *msg, *v;
+  json_t *msg;
   const char *workdir;
   double timeout;
   char *why = NULL;
 
-  if (validate_request(req, &why) < 0) {
+  if (dsec_exec_request_check(req, &why) < 0) {
     reply_error(cl, why, DSEC_EXIT_INPUT);
     free(why);
     free(j);
@@ -1576,26 +1310,12 @@ static void job_start(struct sup *s, struct client *cl, json_t *req)
   j->out.name = "stdout";
   j->err.name = "stderr";
   j->stream = json_is_true(json_object_get(req, "stream"));
-  v = json_object_get(req, "max_output_bytes");
-  j->cap = v && json_is_integer(v) ? (uint64_t) json_integer_value(v) : 1u << 20;
   workdir = json_string_value(json_object_get(req, "workdir"));
   if (!workdir)
     workdir = s->workdir;
   timeout = json_number_value(json_object_get(req, "timeout_s"));
   /* what the trajectory records: the request as it will run */
-  j->req = json_pack("{s:O, s:s, s:s, s:o, s:f, s:I}", "cmd",
-                     json_object_get(req, "cmd"), "stdin",
-                     json_string_value(json_object_get(req, "stdin"))
-                       ? json_string_value(json_object_get(req, "stdin"))
-                       : "",
-                     "workdir", workdir, "env",
-                     json_is_object(json_object_get(req, "env"))
-                       ? json_deep_copy(json_object_get(req, "env"))
-                       : json_object(),
-                     "timeout_s", timeout, "max_output_bytes",
-                     (json_int_t) j->cap);
-  if (json_object_get(req, "seq") && json_is_integer(json_object_get(req, "seq")))
-    json_object_set(j->req, "seq", json_object_get(req, "seq"));
+  j->req = dsec_exec_request_record(req, s->workdir, &j->cap);
   j->seq = json_object_get(j->req, "seq");
   if (j->seq) {
     int r = traj_check(s, cl, j->req);
@@ -1626,7 +1346,7 @@ static void job_start(struct sup *s, struct client *cl, json_t *req)
   }
   msg = json_pack("{s:s, s:I, s:O, s:o, s:s, s:i, s:i}", "op", "exec", "xid",
                   (json_int_t) j->xid, "argv", json_object_get(req, "cmd"),
-                  "env", exec_env(s, json_object_get(req, "env")), "cwd",
+                  "env", dsec_exec_env(s->base_env, json_object_get(req, "env")), "cwd",
                   workdir, "uid", (int) s->uid, "gid", (int) s->gid);
   {
     int fds[3] = { in[0], out[1], er[1] };
@@ -1870,12 +1590,12 @@ static json_t *sup_checkpoint(struct sup *s, const char *name)
     return op_error(err);
   }
   rec = json_pack("{s:s, s:O, s:O, s:b}", "type", "checkpoint", "after_seq",
-                  s->last_seq ? s->last_seq : json_null(), "layer",
+                  s->traj.last_seq ? s->traj.last_seq : json_null(), "layer",
                   json_object_get(layer, "digest"), "consistent", frozen);
   {
     _cleanup_error_ struct dsec_error *e = NULL;
-    if (dsec_json_write_line(s->traj_fd, rec, &e) < 0 ||
-        fdatasync(s->traj_fd) < 0) {
+    if (dsec_json_write_line(s->traj.fd, rec, &e) < 0 ||
+        fdatasync(s->traj.fd) < 0) {
       json_decref(rec);
       dsec_fail(&err, errno, "cannot record the checkpoint in the trajectory");
       return op_error(err);
@@ -1884,10 +1604,10 @@ static json_t *sup_checkpoint(struct sup *s, const char *name)
   json_decref(rec);
   sup_event(s, json_pack("{s:s, s:O, s:O}", "type", "checkpoint", "layer",
                          json_object_get(layer, "digest"), "after_seq",
-                         s->last_seq ? s->last_seq : json_null()));
+                         s->traj.last_seq ? s->traj.last_seq : json_null()));
   r = json_pack("{s:s, s:s, s:O, s:O, s:b}", "type", "checkpoint", "id", s->id,
                 "layer", layer, "after_seq",
-                s->last_seq ? s->last_seq : json_null(), "consistent", frozen);
+                s->traj.last_seq ? s->traj.last_seq : json_null(), "consistent", frozen);
   json_object_set_new(s->state, "checkpoint", json_copy(json_object_get(layer,
                                                                         "digest")));
   sup_write_state(s);
@@ -2162,7 +1882,7 @@ static json_t *remote_argv(pid_t pid, uint64_t addr)
     arg = remote_string(pid, p, 1024);
     if (!arg)
       break;
-    json_array_append_new(argv, utf8_string(arg, strlen(arg)));
+    json_array_append_new(argv, dsec_json_utf8(arg, strlen(arg)));
     free(arg);
   }
   return argv;
@@ -2251,7 +1971,7 @@ static void process_started(struct sup *s, struct listener *l,
      * same one (the process could have died and its pid be reused) */
     if (seccomp_notify_id_valid(l->fd, req->id) == 0)
       sup_event(s, json_pack("{s:s, s:o, s:o, s:i, s:O}", "type", "process",
-                             "path", path ? utf8_string(path, strlen(path))
+                             "path", path ? dsec_json_utf8(path, strlen(path))
                                           : json_null(),
                              "argv", argv, "pid", (int) pid, "seq",
                              l->seq ? l->seq : json_null()));
@@ -2947,7 +2667,7 @@ _Noreturn void dsec_supervisor_main(struct dsec_container_opts *o)
   s->spec = o->spec;
   s->dir = dsec_sandbox_dir(o->id);
   s->run = dsec_sandbox_run_dir(o->id);
-  s->epfd = s->sfd = s->lsock = s->isock = s->traj_fd = s->events_fd = -1;
+  s->epfd = s->sfd = s->lsock = s->isock = s->traj.fd = s->events_fd = -1;
   s->proxy_lfd = -1;
   s->fan_fd = -1;
   s->run_fd = -1;
@@ -3070,13 +2790,13 @@ _Noreturn void dsec_supervisor_main(struct dsec_container_opts *o)
   {
     _cleanup_free_ char *tp = xasprintf("%s/trajectory.jsonl", s->dir);
     _cleanup_free_ char *ep = xasprintf("%s/events.jsonl", s->dir);
-    s->traj_fd = open(tp, O_RDWR | O_APPEND | O_CREAT | O_CLOEXEC, 0644);
+    s->traj.fd = open(tp, O_RDWR | O_APPEND | O_CREAT | O_CLOEXEC, 0644);
     s->events_fd = open(ep, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0644);
-    if (s->run_fd < 0 || s->traj_fd < 0 || s->events_fd < 0) {
+    if (s->run_fd < 0 || s->traj.fd < 0 || s->events_fd < 0) {
       dsec_fail(&err, errno, "cannot open the sandbox's files");
       goto fail;
     }
-    traj_load(s);
+    dsec_traj_load(&s->traj);
   }
 
   /* 2. cgroups */

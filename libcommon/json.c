@@ -141,3 +141,44 @@ json_t *dsec_json_strv(char *const *v)
     json_array_append_new(a, json_string(*v));
   return a;
 }
+
+json_t *dsec_json_utf8(const char *buf, size_t len)
+{
+  char *out = xmalloc(len * 3 + 1);
+  size_t o = 0;
+  json_t *j;
+
+  for (size_t i = 0; i < len;) {
+    unsigned char c = (unsigned char) buf[i];
+    size_t n = c < 0x80 ? 1 : (c >> 5) == 6 ? 2 : (c >> 4) == 14 ? 3
+                                              : (c >> 3) == 30  ? 4 : 0;
+    bool ok = n > 0 && i + n <= len;
+    for (size_t k = 1; ok && k < n; k++)
+      ok = ((unsigned char) buf[i + k] >> 6) == 2;
+    if (ok && n == 2 && c < 0xc2)
+      ok = false; /* overlong */
+    if (ok && n == 3) {
+      unsigned cp = ((c & 15u) << 12) | (((unsigned char) buf[i + 1] & 63u) << 6) |
+                    ((unsigned char) buf[i + 2] & 63u);
+      ok = cp >= 0x800 && (cp < 0xd800 || cp > 0xdfff);
+    }
+    if (ok && n == 4) {
+      unsigned cp = ((c & 7u) << 18) | (((unsigned char) buf[i + 1] & 63u) << 12) |
+                    (((unsigned char) buf[i + 2] & 63u) << 6) |
+                    ((unsigned char) buf[i + 3] & 63u);
+      ok = cp >= 0x10000 && cp <= 0x10ffff;
+    }
+    if (ok) {
+      memcpy(out + o, buf + i, n);
+      o += n;
+      i += n;
+    } else {
+      memcpy(out + o, "\xef\xbf\xbd", 3);
+      o += 3;
+      i++;
+    }
+  }
+  j = json_stringn(out, o);
+  free(out);
+  return j;
+}

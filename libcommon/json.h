@@ -42,6 +42,10 @@ int dsec_json_get_array(json_t *obj, const char *key, bool required,
 /* A JSON array of strings from a NULL-terminated vector (new ref). */
 json_t *dsec_json_strv(char *const *v);
 
+/* A JSON string of len bytes that may not be UTF-8 (command output, argv
+ * read from a process): invalid sequences become U+FFFD (new ref). */
+json_t *dsec_json_utf8(const char *buf, size_t len);
+
 static inline void dsec_json_decrefp(json_t **j)
 {
   if (*j)

@@ -1,0 +1,298 @@
+/* The exec protocol shared by the container and VM supervisors. */
+#include <config.h>
+
+#include "exec.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "exitcodes.h"
+#include "utils.h"
+
+int dsec_exec_request_check(json_t *req, char **why)
+{
+  json_t *cmd = json_object_get(req, "cmd");
+  json_t *v;
+  size_t i, total = 0;
+
+  if (!json_is_array(cmd) || json_array_size(cmd) == 0 ||
+      json_array_size(cmd) > 65536) {
+    *why = xstrdup("`cmd` must be a non-empty array of strings");
+    return -1;
+  }
+  json_array_foreach(cmd, i, v)
+  {
+    if (!json_is_string(v)) {
+      *why = xasprintf("`cmd[%zu]` must be a string", i);
+      return -1;
+    }
+    total += json_string_length(v) + 1;
+    if (strlen(json_string_value(v)) != json_string_length(v)) {
+      *why = xasprintf("`cmd[%zu]` contains a NUL byte", i);
+      return -1;
+    }
+  }
+  if (total > (512u << 10)) {
+    *why = xstrdup("`cmd` is larger than 512 KiB");
+    return -1;
+  }
+  v = json_object_get(req, "stdin");
+  if (v && !json_is_null(v) && !json_is_string(v)) {
+    *why = xstrdup("`stdin` must be a string");
+    return -1;
+  }
+  v = json_object_get(req, "timeout_s");
+  if (v && !json_is_null(v) && (!json_is_number(v) || json_number_value(v) < 0)) {
+    *why = xstrdup("`timeout_s` must be a non-negative number");
+    return -1;
+  }
+  v = json_object_get(req, "seq");
+  if (v && !json_is_null(v) && (!json_is_integer(v) || json_integer_value(v) < 0)) {
+    *why = xstrdup("`seq` must be a non-negative integer");
+    return -1;
+  }
+  v = json_object_get(req, "max_output_bytes");
+  if (v && !json_is_null(v) &&
+      (!json_is_integer(v) || json_integer_value(v) < 0 ||
+       json_integer_value(v) > (64LL << 20))) {
+    /* the supervisor holds the output (outside the sandbox's memory
+     * limit): bounded */
+    *why = xstrdup("`max_output_bytes` must be an integer from 0 to 64 MiB");
+    return -1;
+  }
+  v = json_object_get(req, "env");
+  if (v && !json_is_null(v)) {
+    const char *k;
+    json_t *ev;
+    if (!json_is_object(v)) {
+      *why = xstrdup("`env` must be an object of strings");
+      return -1;
+    }
+    json_object_foreach(v, k, ev)
+    {
+      if (!*k || strchr(k, '=') || !json_is_string(ev)) {
+        *why = xasprintf("invalid environment entry `%s`", k);
+        return -1;
+      }
+    }
+  }
+  v = json_object_get(req, "workdir");
+  if (v && !json_is_null(v) &&
+      (!json_is_string(v) || json_string_value(v)[0] != '/')) {
+    *why = xstrdup("`workdir` must be an absolute path");
+    return -1;
+  }
+  return 0;
+}
+
+json_t *dsec_exec_request_record(json_t *req, const char *default_workdir,
+                                 uint64_t *cap)
+{
+  json_t *v = json_object_get(req, "max_output_bytes");
+  const char *workdir = json_string_value(json_object_get(req, "workdir"));
+  const char *in = json_string_value(json_object_get(req, "stdin"));
+  json_t *env = json_object_get(req, "env");
+  json_t *rec;
+
+  *cap = v && json_is_integer(v) ? (uint64_t) json_integer_value(v) : 1u << 20;
+  rec = json_pack("{s:O, s:s, s:s, s:o, s:f, s:I}", "cmd",
+                  json_object_get(req, "cmd"), "stdin", in ? in : "",
+                  "workdir", workdir ? workdir : default_workdir, "env",
+                  json_is_object(env) ? json_deep_copy(env) : json_object(),
+                  "timeout_s", json_number_value(json_object_get(req, "timeout_s")),
+                  "max_output_bytes", (json_int_t) *cap);
+  if (json_is_integer(json_object_get(req, "seq")))
+    json_object_set(rec, "seq", json_object_get(req, "seq"));
+  return rec;
+}
+
+json_t *dsec_exec_env(json_t *base, json_t *req_env)
+{
+  json_t *merged = json_is_object(base) ? json_copy(base) : json_object();
+  json_t *out = json_array();
+  const char *k;
+  json_t *v;
+
+  if (json_is_object(req_env))
+    json_object_update(merged, req_env);
+  json_object_foreach(merged, k, v)
+    json_array_append_new(out, json_sprintf("%s=%s", k, json_string_value(v)));
+  json_decref(merged);
+  return out;
+}
+
+json_t *dsec_exec_result(const char *id, json_t *seq, int exit_code, int sig,
+                         const char *out, size_t out_len, uint64_t out_total,
+                         const char *err, size_t err_len, uint64_t err_total,
+                         bool timed_out, bool oom, double duration_ms)
+{
+  return json_pack("{s:s, s:s, s:O, s:i, s:o, s:o, s:o, s:I, s:I, s:b, s:b, "
+                   "s:b, s:f, s:b}",
+                   "type", "result", "id", id, "seq", seq ? seq : json_null(),
+                   "exit_code", exit_code, "signal",
+                   sig ? json_integer(sig) : json_null(), "stdout",
+                   dsec_json_utf8(out ? out : "", out_len), "stderr",
+                   dsec_json_utf8(err ? err : "", err_len), "stdout_bytes",
+                   (json_int_t) out_total, "stderr_bytes",
+                   (json_int_t) err_total, "truncated",
+                   out_total > out_len || err_total > err_len, "timed_out",
+                   timed_out, "oom_killed", oom, "duration_ms",
+                   round(duration_ms * 10) / 10, "replayed", false);
+}
+
+/* ---- the trajectory */
+
+static void traj_note(struct dsec_traj *t, json_int_t seq, off_t off,
+                      size_t len)
+{
+  size_t i;
+  if (t->n == 0 && !t->e)
+    t->seq_base = seq;
+  if (seq < t->seq_base)
+    return;
+  i = (size_t) (seq - t->seq_base);
+  if (i >= t->n) {
+    t->e = xrealloc(t->e, sizeof *t->e * (i + 1));
+    for (size_t k = t->n; k <= i; k++)
+      t->e[k] = (struct dsec_traj_entry){ -1, 0 };
+    t->n = i + 1;
+  }
+  t->e[i] = (struct dsec_traj_entry){ off, len };
+}
+
+void dsec_traj_load(struct dsec_traj *t)
+{
+  FILE *f = fdopen(dup(t->fd), "r");
+  char *line = NULL;
+  size_t cap = 0;
+  ssize_t n;
+  off_t off = 0;
+
+  if (!f)
+    return;
+  rewind(f);
+  while ((n = getline(&line, &cap, f)) > 0) {
+    json_t *rec = json_loadb(line, (size_t) n, 0, NULL);
+    json_t *seq = json_object_get(rec, "seq");
+    if (json_is_integer(seq) &&
+        strcmp(json_string_value(json_object_get(rec, "type")) ?: "", "exec") == 0) {
+      traj_note(t, json_integer_value(seq), off, (size_t) n);
+      json_decref(t->last_seq);
+      t->last_seq = json_incref(seq);
+    }
+    json_decref(rec);
+    off += n;
+  }
+  free(line);
+  fclose(f);
+}
+
+void dsec_traj_free(struct dsec_traj *t)
+{
+  free(t->e);
+  json_decref(t->last_seq);
+  t->e = NULL;
+  t->last_seq = NULL;
+  t->n = 0;
+}
+
+static json_t *seq_error(json_int_t seq, char *msg)
+{
+  json_t *r = json_pack("{s:s, s:s, s:I, s:i}", "type", "error", "error", msg,
+                        "seq", (json_int_t) seq, "exit_code",
+                        DSEC_EXIT_SEQUENCE);
+  free(msg);
+  return r;
+}
+
+int dsec_traj_check(struct dsec_traj *t, json_t *req, const json_int_t *running,
+                    size_t nrunning, json_t **out, const char **conflict)
+{
+  json_int_t seq = json_integer_value(json_object_get(req, "seq"));
+  json_int_t next = t->e ? t->seq_base + (json_int_t) t->n : -1;
+  struct dsec_traj_entry *e;
+  _cleanup_json_ json_t *rec = NULL;
+  char *buf;
+
+  *conflict = NULL;
+  for (size_t i = 0; i < nrunning; i++)
+    if (running[i] == seq) {
+      *out = seq_error(seq, xasprintf("seq %lld is running already",
+                                      (long long) seq));
+      return -1;
+    }
+  if (!t->e || seq >= next) {
+    /* the next one (with those still running counted), or the first */
+    json_int_t want = next;
+    for (size_t i = 0; i < nrunning; i++)
+      if (running[i] >= want)
+        want = running[i] + 1;
+    if (!t->e && want < 0)
+      return 0; /* the first seq starts the trajectory */
+    if (seq == want)
+      return 0;
+    *out = seq_error(seq, xasprintf("seq %lld is beyond the trajectory's "
+                                    "next, %lld", (long long) seq,
+                                    (long long) want));
+    return -1;
+  }
+  if (seq < t->seq_base || t->e[seq - t->seq_base].off < 0) {
+    *out = seq_error(seq, xasprintf("seq %lld is not in the trajectory",
+                                    (long long) seq));
+    return -1;
+  }
+  e = &t->e[seq - t->seq_base];
+  buf = xmalloc(e->len + 1);
+  if (pread(t->fd, buf, e->len, e->off) == (ssize_t) e->len)
+    rec = json_loadb(buf, e->len, 0, NULL);
+  free(buf);
+  if (!rec) {
+    *out = seq_error(seq, xasprintf("seq %lld: its trajectory record cannot "
+                                    "be read", (long long) seq));
+    return -1;
+  }
+  {
+    /* the same command, input, environment and directory, or a conflict:
+     * never a silent re-run */
+    static const char *const keys[] = { "cmd", "stdin", "env", "workdir" };
+    json_t *was = json_object_get(rec, "request");
+    for (size_t i = 0; i < ARRAY_SIZE(keys); i++)
+      if (!json_equal(json_object_get(was, keys[i]),
+                      json_object_get(req, keys[i]))) {
+        *conflict = keys[i];
+        *out = seq_error(seq, xasprintf("seq %lld differs from the recorded "
+                                        "request (%s)", (long long) seq,
+                                        keys[i]));
+        return -1;
+      }
+  }
+  *out = json_incref(json_object_get(rec, "result"));
+  json_object_set_new(*out, "replayed", json_true());
+  return 1;
+}
+
+int dsec_traj_append(struct dsec_traj *t, json_t *seq, json_t *req,
+                     json_t *res, struct dsec_error **err)
+{
+  json_t *rec = json_pack("{s:s, s:O, s:O, s:O}", "type", "exec", "seq",
+                          seq ? seq : json_null(), "request", req, "result",
+                          res);
+  off_t off = lseek(t->fd, 0, SEEK_END);
+  int ret = dsec_json_write_line(t->fd, rec, err);
+  json_decref(rec);
+  if (ret == 0 && fdatasync(t->fd) < 0)
+    ret = dsec_fail(err, errno, "cannot sync the trajectory");
+  if (ret < 0)
+    return ret;
+  if (seq) {
+    traj_note(t, json_integer_value(seq), off,
+              (size_t) (lseek(t->fd, 0, SEEK_END) - off));
+    json_decref(t->last_seq);
+    t->last_seq = json_incref(seq);
+  }
+  return 0;
+}

@@ -1,0 +1,62 @@
+/* The exec protocol both supervisors speak (container.c for the container
+ * and fncall backends, vm.c for microvm and vm): how a request is checked
+ * and recorded, and the trajectory that replays recorded results by seq. */
+#ifndef DSEC_EXEC_H
+#define DSEC_EXEC_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "json.h"
+
+/* 0 when req is a well-formed exec request, else -1 and *why (new). */
+int dsec_exec_request_check(json_t *req, char **why);
+
+/* The request as it will run and as the trajectory records it: cmd,
+ * stdin, workdir (default_workdir when the request has none), env,
+ * timeout_s, max_output_bytes (*cap, 1 MiB by default) and seq (new). */
+json_t *dsec_exec_request_record(json_t *req, const char *default_workdir,
+                                 uint64_t *cap);
+
+/* The environment of an exec as "K=V" strings: the base (image config and
+ * spec) overridden by the request's (new array). */
+json_t *dsec_exec_env(json_t *base, json_t *req_env);
+
+/* The trajectory: trajectory.jsonl, one record per exec (and checkpoint),
+ * indexed by seq so a re-sent seq is answered from the file. */
+struct dsec_traj {
+  int fd;            /* O_RDWR | O_APPEND, owned by the caller */
+  struct dsec_traj_entry {
+    off_t off;
+    size_t len;
+  } *e;               /* record seq_base + i */
+  size_t n;
+  json_int_t seq_base;
+  json_t *last_seq;   /* the last seq recorded, or NULL */
+};
+
+/* Indexes what fd holds already (a sandbox resumed with its log). */
+void dsec_traj_load(struct dsec_traj *t);
+void dsec_traj_free(struct dsec_traj *t);
+
+/* Decides what to do with a request that has a seq.  running lists the
+ * seqs of execs in flight.  Returns 0 to run it (it is the next one),
+ * 1 to replay (*out = the recorded result, new ref, marked replayed), and
+ * -1 to refuse (*out = an error reply with exit_code 4; *conflict = the
+ * field that differs from the record, or NULL). */
+int dsec_traj_check(struct dsec_traj *t, json_t *req, const json_int_t *running,
+                    size_t nrunning, json_t **out, const char **conflict);
+
+/* Appends an exec record (seq, request, result) and fdatasyncs it; -1
+ * when it cannot be made durable. */
+int dsec_traj_append(struct dsec_traj *t, json_t *seq, json_t *req,
+                     json_t *res, struct dsec_error **err);
+
+/* The result record of an exec, as both backends answer it (new). */
+json_t *dsec_exec_result(const char *id, json_t *seq, int exit_code, int sig,
+                         const char *out, size_t out_len, uint64_t out_total,
+                         const char *err, size_t err_len, uint64_t err_total,
+                         bool timed_out, bool oom, double duration_ms);
+
+#endif
