@@ -62,6 +62,7 @@
 #include <seccomp.h>
 
 #include "cgroup.h"
+#include "ctl.h"
 #include "exec.h"
 #include "fsutil.h"
 #include "log.h"
@@ -951,12 +952,9 @@ struct job {
 };
 
 struct client {
-  int fd;
+  struct dsec_ctl_client c;
   struct watch w;
-  char *in;
-  size_t len, cap;
   struct job *job;
-  bool eof;
 };
 
 struct sup {
@@ -1042,14 +1040,8 @@ static int ep_add(struct sup *s, int fd, uint32_t events, struct watch *w)
  * reading requests. */
 static void client_write(struct client *cl, json_t *rec)
 {
-  _cleanup_error_ struct dsec_error *e = NULL;
-  int fl;
-  if (!cl || cl->fd < 0)
-    return;
-  fl = fcntl(cl->fd, F_GETFL);
-  fcntl(cl->fd, F_SETFL, fl & ~O_NONBLOCK);
-  dsec_json_write_line(cl->fd, rec, &e);
-  fcntl(cl->fd, F_SETFL, fl);
+  if (cl)
+    dsec_ctl_write(cl->c.fd, rec);
 }
 
 static void bury(struct sup *s, void *p)
@@ -1067,12 +1059,12 @@ static void client_close(struct sup *s, struct client *cl)
     }
   if (cl->job)
     cl->job->cl = NULL; /* the job finishes and is recorded all the same */
-  if (cl->fd >= 0)
-    close(cl->fd);
-  cl->fd = -1;
+  if (cl->c.fd >= 0)
+    close(cl->c.fd);
+  cl->c.fd = -1;
   cl->w.dead = true;
-  free(cl->in);
-  cl->in = NULL;
+  free(cl->c.in);
+  cl->c.in = NULL;
   bury(s, cl);
 }
 
@@ -1189,17 +1181,8 @@ static void job_finish(struct sup *s, struct job *j)
                                       "trajectory"));
     }
   }
-  sup_event(s, json_pack("{s:s, s:O, s:O, s:O, s:i, s:b, s:b}", "type", "exec",
-                         "seq", j->seq ? j->seq : json_null(), "argv",
-                         json_object_get(j->req, "cmd"), "cwd",
-                         json_object_get(j->req, "workdir"), "exit_code",
-                         code, "timed_out", j->timed_out, "oom_killed", oom));
-  if (j->timed_out)
-    sup_event(s, json_pack("{s:s, s:s, s:O}", "type", "limit", "limit",
-                           "timeout", "seq", j->seq ? j->seq : json_null()));
-  if (oom)
-    sup_event(s, json_pack("{s:s, s:s, s:O}", "type", "limit", "limit",
-                           "memory", "seq", j->seq ? j->seq : json_null()));
+  dsec_exec_events(s->events_fd, s->id, j->req, res,
+                   j->out.total - j->out.len + j->err.total - j->err.len);
   if (j->pids_before >= 0) {
     int64_t hits = dsec_cgroup_pids_max_hits(s->cg);
     if (hits > j->pids_before)
@@ -1208,12 +1191,6 @@ static void job_finish(struct sup *s, struct job *j)
                              "refused_forks",
                              (json_int_t) (hits - j->pids_before)));
   }
-  if (j->out.total > j->out.len || j->err.total > j->err.len)
-    sup_event(s, json_pack("{s:s, s:s, s:O, s:I}", "type", "limit", "limit",
-                           "output", "seq", j->seq ? j->seq : json_null(),
-                           "dropped_bytes",
-                           (json_int_t) (j->out.total - j->out.len +
-                                         j->err.total - j->err.len)));
 
   if (s->upperfs) {
     struct statfs fs;
@@ -1246,10 +1223,8 @@ static void job_finish(struct sup *s, struct job *j)
 
 static void reply_error(struct client *cl, const char *msg, int status)
 {
-  json_t *r = json_pack("{s:s, s:s, s:i}", "type", "error", "error", msg,
-                        "exit_code", status);
-  client_write(cl, r);
-  json_decref(r);
+  if (cl)
+    dsec_ctl_reply_error(cl->c.fd, msg, status);
 }
 
 /* ---- the trajectory: replay by seq */
@@ -1530,11 +1505,7 @@ static void masks_opened(struct sup *s)
 
 static json_t *op_error(struct dsec_error *e)
 {
-  json_t *r = json_pack("{s:s, s:s, s:i}", "type", "error", "error",
-                        e ? e->msg : "failed", "exit_code",
-                        e ? e->status : DSEC_EXIT_FAILURE);
-  dsec_error_free(e);
-  return r;
+  return dsec_ctl_op_error(e);
 }
 
 /* Freezes (or thaws) every process of the sandbox; false when there is
@@ -1566,7 +1537,7 @@ static json_t *sup_checkpoint(struct sup *s, const char *name)
   bool frozen = s->suspended || sup_freeze(s, true);
   char *argv[] = { prog, "create", "--dir", upper, "--overlay-upper",
                    "--id-shift", shift, "--keep-setuid", NULL, NULL, NULL };
-  json_t *rec, *r;
+  json_t *r;
   int ret;
 
   if (name) {
@@ -1589,19 +1560,10 @@ static json_t *sup_checkpoint(struct sup *s, const char *name)
     dsec_fail(&err, 0, "dsec-layer answered no layer record");
     return op_error(err);
   }
-  rec = json_pack("{s:s, s:O, s:O, s:b}", "type", "checkpoint", "after_seq",
-                  s->traj.last_seq ? s->traj.last_seq : json_null(), "layer",
-                  json_object_get(layer, "digest"), "consistent", frozen);
-  {
-    _cleanup_error_ struct dsec_error *e = NULL;
-    if (dsec_json_write_line(s->traj.fd, rec, &e) < 0 ||
-        fdatasync(s->traj.fd) < 0) {
-      json_decref(rec);
-      dsec_fail(&err, errno, "cannot record the checkpoint in the trajectory");
-      return op_error(err);
-    }
-  }
-  json_decref(rec);
+  if (dsec_traj_checkpoint(&s->traj,
+                           json_string_value(json_object_get(layer, "digest")),
+                           frozen, &err) < 0)
+    return op_error(err);
   sup_event(s, json_pack("{s:s, s:O, s:O}", "type", "checkpoint", "layer",
                          json_object_get(layer, "digest"), "after_seq",
                          s->traj.last_seq ? s->traj.last_seq : json_null()));
@@ -1667,30 +1629,13 @@ static json_t *sup_resume(struct sup *s)
 static void client_next(struct sup *s, struct client *cl)
 {
   while (!cl->job) {
-    char *nl = cl->in ? memchr(cl->in, '\n', cl->len) : NULL;
     json_t *req;
-    json_error_t jerr;
     const char *op;
-    size_t linelen;
 
-    if (!nl) {
-      if (cl->eof)
+    if (dsec_ctl_next(&cl->c, &req) == 0) {
+      if (cl->c.eof)
         client_close(s, cl);
       return;
-    }
-    linelen = (size_t) (nl - cl->in);
-    req = json_loadb(cl->in, linelen, JSON_REJECT_DUPLICATES, &jerr);
-    memmove(cl->in, nl + 1, cl->len - linelen - 1);
-    cl->len -= linelen + 1;
-    if (linelen == 0)
-      continue;
-    if (!req || !json_is_object(req)) {
-      char *msg = xasprintf("invalid request: %s", req ? "not an object"
-                                                        : jerr.text);
-      reply_error(cl, msg, DSEC_EXIT_INPUT);
-      free(msg);
-      json_decref(req);
-      continue;
     }
     op = json_string_value(json_object_get(req, "op"));
     if ((!op || strcmp(op, "exec") == 0) && s->suspended) {
@@ -1748,45 +1693,24 @@ static void client_next(struct sup *s, struct client *cl)
 
 static void client_readable(struct sup *s, struct client *cl)
 {
-  for (;;) {
-    ssize_t n;
-    if (cl->len + 65536 > cl->cap) {
-      if (cl->cap > (64u << 20)) {
-        reply_error(cl, "request too large", DSEC_EXIT_INPUT);
-        client_close(s, cl);
-        return;
-      }
-      cl->cap = cl->cap ? cl->cap * 2 : 131072;
-      cl->in = xrealloc(cl->in, cl->cap);
-    }
-    n = read(cl->fd, cl->in + cl->len, cl->cap - cl->len);
-    if (n < 0 && errno == EINTR)
-      continue;
-    if (n < 0 && errno == EAGAIN)
-      break;
-    if (n <= 0) {
-      cl->eof = true;
-      epoll_ctl(s->epfd, EPOLL_CTL_DEL, cl->fd, NULL);
-      break;
-    }
-    cl->len += (size_t) n;
+  if (dsec_ctl_read(&cl->c) < 0) {
+    client_close(s, cl);
+    return;
   }
+  if (cl->c.eof)
+    epoll_ctl(s->epfd, EPOLL_CTL_DEL, cl->c.fd, NULL);
   client_next(s, cl);
 }
 
 static void accept_clients(struct sup *s)
 {
   for (;;) {
-    int fd = accept4(s->lsock, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK);
+    int fd = dsec_ctl_accept(s->lsock);
     struct client *cl;
-    struct timeval tv = { 10, 0 };
     if (fd < 0)
       return;
-    /* answers are written whole: a client that stops reading for 10 s
-     * loses its answers, never the sandbox */
-    setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
     cl = xzalloc(sizeof *cl);
-    cl->fd = fd;
+    cl->c.fd = fd;
     cl->w = (struct watch){ W_CLIENT, cl };
     s->clients = xrealloc(s->clients, sizeof *s->clients * (s->nclients + 1));
     s->clients[s->nclients++] = cl;
@@ -2291,68 +2215,6 @@ _Noreturn static void sup_loop(struct sup *s)
   }
 }
 
-static void report(int fd, json_t *msg)
-{
-  if (fd >= 0) {
-    _cleanup_error_ struct dsec_error *e = NULL;
-    dsec_json_write_line(fd, msg, &e);
-  }
-  json_decref(msg);
-}
-
-/* A loop device on backing_fd, detached automatically when its last user
- * goes (the supervisor's mount namespace dies with it).  Returns the
- * device path (new) and, in *loop_fd, a descriptor that must stay open
- * until the device is mounted (or autoclear detaches it at once). */
-static char *loop_attach(int backing_fd, int *loop_fd, struct dsec_error **err)
-{
-  _cleanup_close_ int ctl = open("/dev/loop-control", O_RDWR | O_CLOEXEC);
-  if (ctl < 0) {
-    dsec_fail(err, errno, "cannot open /dev/loop-control (disk limits need "
-                          "loop devices)");
-    return NULL;
-  }
-  for (int tries = 0; tries < 32; tries++) {
-    struct loop_config cfg = { .fd = (uint32_t) backing_fd };
-    int n = ioctl(ctl, LOOP_CTL_GET_FREE);
-    char *path;
-    int fd;
-    if (n < 0) {
-      dsec_fail(err, errno, "no free loop device");
-      return NULL;
-    }
-    path = xasprintf("/dev/loop%d", n);
-    fd = open(path, O_RDWR | O_CLOEXEC);
-    if (fd < 0) {
-      free(path);
-      continue;
-    }
-    /* direct I/O with 4 KiB blocks keeps one copy of the data in the page
-     * cache (the file system's, not the image file's too) */
-    cfg.info.lo_flags = LO_FLAGS_AUTOCLEAR | LO_FLAGS_DIRECT_IO;
-    cfg.block_size = 4096;
-    if (ioctl(fd, LOOP_CONFIGURE, &cfg) == 0) {
-      *loop_fd = fd;
-      return path;
-    }
-    if (errno == EINVAL) {
-      cfg.info.lo_flags = LO_FLAGS_AUTOCLEAR;
-      cfg.block_size = 0;
-      if (ioctl(fd, LOOP_CONFIGURE, &cfg) == 0) {
-        *loop_fd = fd;
-        return path;
-      }
-    }
-    close(fd);
-    free(path);
-    if (errno != EBUSY) {
-      dsec_fail(err, errno, "cannot set up a loop device");
-      return NULL;
-    }
-  }
-  dsec_fail(err, EBUSY, "cannot find a free loop device");
-  return NULL;
-}
 
 /* With resources.disk_mb, the writable layer lives on an ext4 file system
  * of that size (a sparse file in the sandbox's directory on a loop
@@ -2380,7 +2242,7 @@ static char *disk_limited_upper(struct sup *s, json_int_t mb, uid_t base,
       return NULL;
     }
   }
-  dev = loop_attach(fd, &loop, err);
+  dev = dsec_loop_attach(fd, &loop, err);
   if (!dev)
     return NULL;
   if (dsec_mkdir_p(AT_FDCWD, mnt, 0700, err) < 0)
@@ -2613,25 +2475,6 @@ static int mount_rootfs(struct sup *s, struct dsec_container_opts *o,
   return 0;
 }
 
-static int listen_socket(struct sup *s, struct dsec_error **err)
-{
-  struct sockaddr_un sa = { .sun_family = AF_UNIX };
-  int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
-
-  if (fd < 0)
-    return dsec_fail(err, errno, "socket");
-  /* through the directory's fd: a long $DSEC_RUN still fits sun_path */
-  snprintf(sa.sun_path, sizeof sa.sun_path, "/proc/self/fd/%d/ctl.sock",
-           s->run_fd);
-  unlinkat(s->run_fd, "ctl.sock", 0);
-  if (bind(fd, (struct sockaddr *) &sa, sizeof sa) < 0 ||
-      fchmodat(s->run_fd, "ctl.sock", 0600, 0) < 0 || listen(fd, 128) < 0) {
-    int e = errno;
-    close(fd);
-    return dsec_fail(err, e, "cannot listen on %s/ctl.sock", s->run);
-  }
-  return fd;
-}
 
 struct attach_job {
   struct dsec_cgroup *cg;
@@ -2680,61 +2523,12 @@ _Noreturn void dsec_supervisor_main(struct dsec_container_opts *o)
   s->ttl_s = json_integer_value(json_object_get(o->spec, "ttl_s"));
   s->idle_s = json_integer_value(json_object_get(o->spec, "idle_timeout_s"));
   s->start_ms = s->last_activity_ms = now_ms();
-  /* env: the image's, then the spec's */
-  s->base_env = json_copy(json_object_get(
-    json_object_get(o->environment, "config"), "env"));
-  if (!json_is_object(s->base_env)) {
-    json_decref(s->base_env);
-    s->base_env = json_object();
-  }
-  if (!json_object_get(s->base_env, "PATH"))
-    json_object_set_new(s->base_env, "PATH",
-                        json_string("/usr/local/sbin:/usr/local/bin:/usr/sbin:"
-                                    "/usr/bin:/sbin:/bin"));
-  {
-    const char *mode = json_string_value(json_object_get(
-      json_object_get(o->spec, "network"), "mode"));
-    if (mode && strcmp(mode, "proxy") == 0) {
-      /* the only way out; the sandbox's own loopback stays direct */
-      static const char *const vars[] = { "HTTP_PROXY", "HTTPS_PROXY",
-                                          "http_proxy", "https_proxy" };
-      _cleanup_free_ char *url = xasprintf("http://127.0.0.1:%d",
-                                           DSEC_PROXY_PORT);
-      for (size_t i = 0; i < ARRAY_SIZE(vars); i++)
-        json_object_set_new(s->base_env, vars[i], json_string(url));
-      json_object_set_new(s->base_env, "NO_PROXY",
-                          json_string("localhost,127.0.0.1,::1"));
-      json_object_set_new(s->base_env, "no_proxy",
-                          json_string("localhost,127.0.0.1,::1"));
-    }
-  }
-  json_object_update(s->base_env, json_object_get(o->spec, "env"));
-  if (!json_object_get(s->base_env, "HOME"))
-    json_object_set_new(s->base_env, "HOME",
-                        json_string(s->uid == 0 ? "/root" : "/"));
+  s->base_env = dsec_exec_base_env(o->spec, o->environment, s->uid);
 
-  signal(SIGPIPE, SIG_IGN);
-  sigemptyset(&mask);
-  sigaddset(&mask, SIGCHLD);
-  sigaddset(&mask, SIGTERM);
-  sigaddset(&mask, SIGINT);
-  sigaddset(&mask, SIGHUP);
-  sigprocmask(SIG_BLOCK, &mask, NULL);
-  prctl(PR_SET_NAME, "dsec-supervise");
+  dsec_supervisor_begin(s->dir, &mask);
   {
     _cleanup_free_ char *title = xasprintf("dsec-supervise %s", o->id);
     set_cmdline(title);
-  }
-  {
-    _cleanup_free_ char *log = xasprintf("%s/supervisor.log", s->dir);
-    int null = open("/dev/null", O_RDWR | O_CLOEXEC);
-    int lfd = open(log, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
-    dup2(null, 0);
-    dup2(null, 1);
-    dup2(lfd >= 0 ? lfd : null, 2);
-    if (lfd >= 0)
-      close(lfd);
-    close(null);
   }
 
   /* 1. a mount namespace of our own; rootless, inside a user namespace of
@@ -2961,7 +2755,7 @@ _Noreturn void dsec_supervisor_main(struct dsec_container_opts *o)
   }
 
   /* 7. serve */
-  s->lsock = listen_socket(s, &err);
+  s->lsock = dsec_ctl_listen(s->run_fd, s->run, &err);
   if (s->lsock < 0)
     goto fail;
   s->epfd = epoll_create1(EPOLL_CLOEXEC);
@@ -3030,7 +2824,7 @@ _Noreturn void dsec_supervisor_main(struct dsec_container_opts *o)
   sup_event(s, json_pack("{s:s, s:s, s:O}", "type", "created", "backend",
                          json_string_value(json_object_get(o->spec, "backend")),
                          "labels", json_object_get(o->spec, "labels")));
-  report(o->ready_fd, json_pack("{s:b}", "ok", true));
+  dsec_supervisor_report(o->ready_fd, json_pack("{s:b}", "ok", true));
   close(o->ready_fd);
   o->ready_fd = -1;
   sup_loop(s);
@@ -3038,7 +2832,7 @@ _Noreturn void dsec_supervisor_main(struct dsec_container_opts *o)
 fail:
   if (attach_started)
     pthread_join(attach_thread, NULL);
-  report(o->ready_fd, json_pack("{s:b, s:s, s:i, s:i}", "ok", false, "error",
+  dsec_supervisor_report(o->ready_fd, json_pack("{s:b, s:s, s:i, s:i}", "ok", false, "error",
                                 err ? err->msg : "unknown error", "status",
                                 err ? err->status : 1, "errno",
                                 err ? err->errnum : 0));

@@ -17,6 +17,9 @@ struct dsec_container_opts {
   char **layers;       /* materialised layer directories, bottom to top */
   size_t n_layers;
   int ready_fd;        /* the supervisor writes one JSON line here */
+  /* dsec-vm only */
+  const char *restore;   /* a memory snapshot to restore instead of booting */
+  const char *disk_from; /* a writable disk to start from (a fork's copy) */
 };
 
 /* The supervisor: sets the sandbox up, reports on ready_fd, serves until

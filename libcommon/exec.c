@@ -11,6 +11,8 @@
 #include <unistd.h>
 
 #include "exitcodes.h"
+#include "proxy.h"
+#include "sandbox.h"
 #include "utils.h"
 
 int dsec_exec_request_check(json_t *req, char **why)
@@ -123,6 +125,45 @@ json_t *dsec_exec_env(json_t *base, json_t *req_env)
     json_array_append_new(out, json_sprintf("%s=%s", k, json_string_value(v)));
   json_decref(merged);
   return out;
+}
+
+json_t *dsec_exec_base_env(json_t *spec, json_t *environment, uid_t uid)
+{
+  json_t *env;
+  /* the image's, then the spec's */
+  env = json_copy(json_object_get(
+    json_object_get(environment, "config"), "env"));
+  if (!json_is_object(env)) {
+    json_decref(env);
+    env = json_object();
+  }
+  if (!json_object_get(env, "PATH"))
+    json_object_set_new(env, "PATH",
+                        json_string("/usr/local/sbin:/usr/local/bin:/usr/sbin:"
+                                    "/usr/bin:/sbin:/bin"));
+  {
+    const char *mode = json_string_value(json_object_get(
+      json_object_get(spec, "network"), "mode"));
+    if (mode && strcmp(mode, "proxy") == 0) {
+      /* the only way out; the sandbox's own loopback stays direct */
+      static const char *const vars[] = { "HTTP_PROXY", "HTTPS_PROXY",
+                                          "http_proxy", "https_proxy" };
+      _cleanup_free_ char *url = xasprintf("http://127.0.0.1:%d",
+                                           DSEC_PROXY_PORT);
+      for (size_t i = 0; i < ARRAY_SIZE(vars); i++)
+        json_object_set_new(env, vars[i], json_string(url));
+      json_object_set_new(env, "NO_PROXY",
+                          json_string("localhost,127.0.0.1,::1"));
+      json_object_set_new(env, "no_proxy",
+                          json_string("localhost,127.0.0.1,::1"));
+    }
+  }
+  json_object_update(env, json_object_get(spec, "env"));
+  if (!json_object_get(env, "HOME"))
+    json_object_set_new(env, "HOME",
+                        json_string(uid == 0 ? "/root" : "/"));
+
+  return env;
 }
 
 json_t *dsec_exec_result(const char *id, json_t *seq, int exit_code, int sig,
@@ -295,4 +336,51 @@ int dsec_traj_append(struct dsec_traj *t, json_t *seq, json_t *req,
     t->last_seq = json_incref(seq);
   }
   return 0;
+}
+
+int dsec_traj_checkpoint(struct dsec_traj *t, const char *digest,
+                         bool consistent, struct dsec_error **err)
+{
+  json_t *rec = json_pack("{s:s, s:O, s:s, s:b}", "type", "checkpoint",
+                          "after_seq", t->last_seq ? t->last_seq : json_null(),
+                          "layer", digest, "consistent", consistent);
+  int ret = dsec_json_write_line(t->fd, rec, err);
+  json_decref(rec);
+  if (ret == 0 && fdatasync(t->fd) < 0)
+    ret = dsec_fail(err, errno, "cannot record the checkpoint in the "
+                                "trajectory");
+  return ret;
+}
+
+void dsec_exec_events(int events_fd, const char *id, json_t *req, json_t *res,
+                      uint64_t dropped)
+{
+  json_t *seq = json_object_get(req, "seq");
+  bool timed_out = json_is_true(json_object_get(res, "timed_out"));
+  bool oom = json_is_true(json_object_get(res, "oom_killed"));
+  json_t *evs[4] = { NULL };
+  int n = 0;
+
+  if (!seq)
+    seq = json_null();
+  evs[n++] = json_pack("{s:s, s:O, s:O, s:O, s:O, s:b, s:b}", "type", "exec",
+                       "seq", seq, "argv", json_object_get(req, "cmd"), "cwd",
+                       json_object_get(req, "workdir"), "exit_code",
+                       json_object_get(res, "exit_code"), "timed_out",
+                       timed_out, "oom_killed", oom);
+  if (timed_out)
+    evs[n++] = json_pack("{s:s, s:s, s:O}", "type", "limit", "limit",
+                         "timeout", "seq", seq);
+  if (oom)
+    evs[n++] = json_pack("{s:s, s:s, s:O}", "type", "limit", "limit",
+                         "memory", "seq", seq);
+  if (dropped > 0)
+    evs[n++] = json_pack("{s:s, s:s, s:O, s:I}", "type", "limit", "limit",
+                         "output", "seq", seq, "dropped_bytes",
+                         (json_int_t) dropped);
+  for (int i = 0; i < n; i++) {
+    _cleanup_error_ struct dsec_error *e = NULL;
+    dsec_event_append(events_fd, id, evs[i], &e);
+    json_decref(evs[i]);
+  }
 }

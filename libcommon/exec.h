@@ -23,6 +23,11 @@ json_t *dsec_exec_request_record(json_t *req, const char *default_workdir,
  * spec) overridden by the request's (new array). */
 json_t *dsec_exec_env(json_t *base, json_t *req_env);
 
+/* The environment every exec starts from (new object): the image's
+ * config, PATH and HOME defaults, the proxy variables in proxy mode, then
+ * the spec's env. */
+json_t *dsec_exec_base_env(json_t *spec, json_t *environment, uid_t uid);
+
 /* The trajectory: trajectory.jsonl, one record per exec (and checkpoint),
  * indexed by seq so a re-sent seq is answered from the file. */
 struct dsec_traj {
@@ -53,10 +58,21 @@ int dsec_traj_check(struct dsec_traj *t, json_t *req, const json_int_t *running,
 int dsec_traj_append(struct dsec_traj *t, json_t *seq, json_t *req,
                      json_t *res, struct dsec_error **err);
 
+/* Records a checkpoint (the writable layer committed as layer digest)
+ * after the last seq; -1 when it cannot be made durable. */
+int dsec_traj_checkpoint(struct dsec_traj *t, const char *digest,
+                         bool consistent, struct dsec_error **err);
+
 /* The result record of an exec, as both backends answer it (new). */
 json_t *dsec_exec_result(const char *id, json_t *seq, int exit_code, int sig,
                          const char *out, size_t out_len, uint64_t out_total,
                          const char *err, size_t err_len, uint64_t err_total,
                          bool timed_out, bool oom, double duration_ms);
+
+/* Appends the audit events of a finished exec (req as recorded, res its
+ * result, dropped the output bytes beyond the cap): "exec", and a "limit"
+ * event for a timeout, an OOM kill or dropped output. */
+void dsec_exec_events(int events_fd, const char *id, json_t *req, json_t *res,
+                      uint64_t dropped);
 
 #endif

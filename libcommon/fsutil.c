@@ -9,6 +9,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <linux/loop.h>
+#include <sys/ioctl.h>
 #include <sys/random.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -386,4 +388,57 @@ char *dsec_abspath(const char *path, struct dsec_error **err)
     dsec_error_set(err, errno == ENOENT ? DSEC_EXIT_INPUT : DSEC_EXIT_FAILURE,
                    errno, "%s", path);
   return r;
+}
+
+/* A loop device on backing_fd, detached automatically when its last user
+ * goes (the supervisor's mount namespace dies with it).  Returns the
+ * device path (new) and, in *loop_fd, a descriptor that must stay open
+ * until the device is mounted (or autoclear detaches it at once). */
+char *dsec_loop_attach(int backing_fd, int *loop_fd, struct dsec_error **err)
+{
+  _cleanup_close_ int ctl = open("/dev/loop-control", O_RDWR | O_CLOEXEC);
+  if (ctl < 0) {
+    dsec_fail(err, errno, "cannot open /dev/loop-control");
+    return NULL;
+  }
+  for (int tries = 0; tries < 32; tries++) {
+    struct loop_config cfg = { .fd = (uint32_t) backing_fd };
+    int n = ioctl(ctl, LOOP_CTL_GET_FREE);
+    char *path;
+    int fd;
+    if (n < 0) {
+      dsec_fail(err, errno, "no free loop device");
+      return NULL;
+    }
+    path = xasprintf("/dev/loop%d", n);
+    fd = open(path, O_RDWR | O_CLOEXEC);
+    if (fd < 0) {
+      free(path);
+      continue;
+    }
+    /* direct I/O with 4 KiB blocks keeps one copy of the data in the page
+     * cache (the file system's, not the image file's too) */
+    cfg.info.lo_flags = LO_FLAGS_AUTOCLEAR | LO_FLAGS_DIRECT_IO;
+    cfg.block_size = 4096;
+    if (ioctl(fd, LOOP_CONFIGURE, &cfg) == 0) {
+      *loop_fd = fd;
+      return path;
+    }
+    if (errno == EINVAL) {
+      cfg.info.lo_flags = LO_FLAGS_AUTOCLEAR;
+      cfg.block_size = 0;
+      if (ioctl(fd, LOOP_CONFIGURE, &cfg) == 0) {
+        *loop_fd = fd;
+        return path;
+      }
+    }
+    close(fd);
+    free(path);
+    if (errno != EBUSY) {
+      dsec_fail(err, errno, "cannot set up a loop device");
+      return NULL;
+    }
+  }
+  dsec_fail(err, EBUSY, "cannot find a free loop device");
+  return NULL;
 }

@@ -54,4 +54,10 @@ int dsec_copy_fd(int in, int out, uint64_t *copied, struct dsec_error **err);
 /* Canonical absolute path of an existing file (realpath), new string. */
 char *dsec_abspath(const char *path, struct dsec_error **err);
 
+/* A loop device on backing_fd (direct I/O where the file system allows),
+ * detached automatically when its last user goes.  Returns the device
+ * path (new) and, in *loop_fd, a descriptor that must stay open until the
+ * device is mounted (or autoclear detaches it at once). */
+char *dsec_loop_attach(int backing_fd, int *loop_fd, struct dsec_error **err);
+
 #endif

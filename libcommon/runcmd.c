@@ -4,6 +4,7 @@
 
 #include <dirent.h>
 #include <errno.h>
+#include <math.h>
 #include <fcntl.h>
 #include <getopt.h>
 #include <poll.h>
@@ -23,6 +24,7 @@
 #include "cli.h"
 #include "client.h"
 #include "container.h"
+#include "vm.h"
 #include "fsutil.h"
 #include "image.h"
 #include "process.h"
@@ -103,6 +105,9 @@ static const struct option long_options[] = {
   { NULL, 0, NULL, 0 },
 };
 
+/* dsec-vm serves microvm and vm, dsec-run fncall and container. */
+static bool vm_front;
+
 static void help(void)
 {
   const char *p = dsec_log_prog();
@@ -124,9 +129,7 @@ static void help(void)
          "  trajectory [--follow] ID             every exec and its result\n"
          "  rm [--force] ID...                   stop and remove sandboxes\n"
          "  checkpoint [--name NAME@VERSION] ID  its writable layer as a layer\n"
-         "  suspend [--release] ID               freeze it (--release: checkpoint\n"
-         "                                       and free everything)\n"
-         "  resume ID                            thaw, or boot from the checkpoint\n"
+         "%s"
          "  fork [--count N] ID                  N new sandboxes from its state\n"
          "  pool [CREATE OPTION]... [--size N]   keep N sandboxes of a spec ready\n"
          "                                       for create to claim\n"
@@ -135,7 +138,7 @@ static void help(void)
          "  kill ID [SIGNAL]                     signal every process in it\n"
          "\n"
          "Create options (a flag overrides the same field of --spec):\n"
-         "      --backend=B        container (default) or fncall\n"
+         "      --backend=B        %s\n"
          "      --cpus=N           CPU quota, in CPUs\n"
          "      --disk=MB          size of the writable layer\n"
          "      --env=K=V          environment variable (repeatable)\n"
@@ -185,7 +188,18 @@ static void help(void)
          "Exit status: 0 ok, 1 failed, 2 usage, 3 bad input; exec and run "
          "pass the\ncommand's status through (128+N for signal N), with 124 "
          "timed out, 125 dsec\nfailed, 126 cannot execute, 127 not found.\n",
-         p);
+         p,
+         vm_front
+           ? "  suspend ID                           the whole VM to a file, "
+             "QEMU ends\n"
+             "  resume ID                            restore it, processes "
+             "and all\n"
+           : "  suspend [--release] ID               freeze it (--release: "
+             "checkpoint\n"
+             "                                       and free everything)\n"
+             "  resume ID                            thaw, or boot from the "
+             "checkpoint\n",
+         vm_front ? "microvm (default) or vm" : "container (default) or fncall");
 }
 
 struct opts {
@@ -557,6 +571,11 @@ static int parse(int argc, char **argv, struct opts *o, bool *exit_now)
 
 /* ---- create */
 
+static bool is_vm_backend(const char *b)
+{
+  return b && (strcmp(b, "microvm") == 0 || strcmp(b, "vm") == 0);
+}
+
 static json_t *build_spec(struct opts *o, struct dsec_error **err)
 {
   json_t *spec;
@@ -586,6 +605,8 @@ static json_t *build_spec(struct opts *o, struct dsec_error **err)
         json_object_set(spec, k, v);
     }
   }
+  if (vm_front && !json_object_get(spec, "backend"))
+    json_object_set_new(spec, "backend", json_string("microvm"));
   if (dsec_spec_validate(spec, err) < 0) {
     json_decref(spec);
     return NULL;
@@ -599,7 +620,8 @@ static json_t *sandbox_record(const char *id, json_t *st)
   static const char *const keys[] = { "name",    "state",   "backend",
                                       "created", "ended",   "cause",
                                       "init_pid", "supervisor_pid",
-                                      "audit_unavailable", NULL };
+                                      "audit_unavailable", "accelerator",
+                                      "kernel", NULL };
   json_t *why = json_object_get(json_object_get(st, "cgroup"), "unavailable");
   for (const char *const *k = keys; *k; k++) {
     json_t *v = json_object_get(st, *k);
@@ -616,18 +638,19 @@ static json_t *sandbox_record(const char *id, json_t *st)
  * store materialises it through dsec-layer: that cold path needs the
  * archive libraries, which dsec-run does not load (every exec pays for
  * each library a program loads). */
-static char *layer_dir(struct dsec_store *s, const char *digest,
+static char *layer_dir(struct dsec_store *s, const char *digest, bool erofs,
                        struct dsec_error **err)
 {
-  char *path = xasprintf("%s/layers/%s/rootfs", s->path,
-                         dsec_digest_hex(digest));
+  char *path = xasprintf("%s/layers/%s/%s", s->path, dsec_digest_hex(digest),
+                         erofs ? "layer.erofs" : "rootfs");
   _cleanup_free_ char *prog = NULL;
 
   if (access(path, F_OK) == 0)
     return path;
   prog = dsec_sibling_program("dsec-layer");
   {
-    char *argv[] = { prog, "materialise", (char *) digest, NULL };
+    char *argv[] = { prog, "materialise", "--format", erofs ? "erofs" : "dir",
+                     (char *) digest, NULL };
     _cleanup_free_ char *out = NULL;
     if (dsec_run_program(argv, NULL, &out, err) < 0 || access(path, F_OK) < 0) {
       free(path);
@@ -752,8 +775,12 @@ static int pool_claim(json_t *spec, char **id_out, json_t **record,
 /* Creates a sandbox from a validated spec (stolen).  With reuse_id, boots
  * that existing sandbox again (resume of a released one): same id,
  * directory, trajectory and name; a fresh writable layer. */
-static int create_sandbox(json_t *spec_in, const char *reuse_id, char **id_out,
-                          json_t **record, struct dsec_error **err)
+/* restore and disk_from (dsec-vm): a memory snapshot to start from and
+ * the writable disk that goes with it. */
+static int create_sandbox(json_t *spec_in, const char *reuse_id,
+                          const char *restore, const char *disk_from,
+                          char **id_out, json_t **record,
+                          struct dsec_error **err)
 {
   _cleanup_json_ json_t *spec = spec_in;
   _cleanup_json_ json_t *env = NULL;
@@ -770,9 +797,18 @@ static int create_sandbox(json_t *spec_in, const char *reuse_id, char **id_out,
   if (!spec)
     return -1;
   backend = json_string_value(json_object_get(spec, "backend"));
-  if (strcmp(backend, "container") != 0 && strcmp(backend, "fncall") != 0)
+  if (!vm_front && is_vm_backend(backend))
     return dsec_bad_input(err, "backend `%s` is served by dsec-vm", backend);
-  if (geteuid() != 0) {
+  if (vm_front && !is_vm_backend(backend))
+    return dsec_bad_input(err, "backend `%s` is served by dsec-run", backend);
+  if (vm_front && json_array_size(json_object_get(spec, "mounts")) > 0)
+    return dsec_bad_input(err, "dsec-vm cannot bind host paths into a VM "
+                               "(mounts); put them in a layer");
+  if (vm_front && strcmp(json_string_value(json_object_get(
+                           json_object_get(spec, "network"), "mode")) ?: "none",
+                         "none") != 0)
+    return dsec_bad_input(err, "dsec-vm supports network mode none only");
+  if (!vm_front && geteuid() != 0) {
     /* rootless: one id is ours to map (root inside is us outside), and
      * loop devices are root's */
     uid_t u;
@@ -823,7 +859,7 @@ static int create_sandbox(json_t *spec_in, const char *reuse_id, char **id_out,
     json_array_foreach(json_object_get(env, "layers"), i, l)
     {
       layers[i] = layer_dir(store, json_string_value(json_object_get(l, "digest")),
-                            err);
+                            vm_front, err);
       if (!layers[i])
         goto out;
       json_object_set_new(l, "path", json_string(layers[i]));
@@ -850,7 +886,8 @@ static int create_sandbox(json_t *spec_in, const char *reuse_id, char **id_out,
   if (pid == 0) {
     struct dsec_container_opts co = {
       .id = id, .spec = spec, .environment = env, .layers = layers,
-      .n_layers = n_layers, .ready_fd = pfd[1],
+      .n_layers = n_layers, .ready_fd = pfd[1], .restore = restore,
+      .disk_from = disk_from,
     };
     char go;
     close(pfd[0]);
@@ -869,6 +906,8 @@ static int create_sandbox(json_t *spec_in, const char *reuse_id, char **id_out,
       _exit(1);
     syscall(SYS_close_range, 4U, ~0U, 0U);
     co.ready_fd = 3;
+    if (vm_front)
+      dsec_vm_supervisor_main(&co);
     dsec_supervisor_main(&co);
   }
   close(gofd[0]);
@@ -1011,6 +1050,8 @@ fail_dir:
                            "cause", "resume failed");
     if (old && json_object_get(old, "checkpoint"))
       json_object_set(st, "checkpoint", json_object_get(old, "checkpoint"));
+    if (old && json_object_get(old, "snapshot"))
+      json_object_set(st, "snapshot", json_object_get(old, "snapshot"));
     if (old && json_object_get(old, "created"))
       json_object_set(st, "created", json_object_get(old, "created"));
     {
@@ -1054,7 +1095,7 @@ static int do_create(struct opts *o, char **id_out, json_t **record,
     json_decref(spec);
     return r < 0 ? -1 : 0;
   }
-  return create_sandbox(spec, NULL, id_out, record, err);
+  return create_sandbox(spec, NULL, NULL, NULL, id_out, record, err);
 }
 
 /* ---- exec */
@@ -1650,6 +1691,8 @@ static int do_suspend(struct opts *o, struct dsec_error **err)
   json_t *req, *res;
   if (!id)
     return -1;
+  if (vm_front)
+    o->release = true; /* a VM's suspend always frees it: memory to a file */
   req = json_pack("{s:s, s:b}", "op", "suspend", "release", o->release);
   res = supervisor_op(id, req, err);
   json_decref(req);
@@ -1665,6 +1708,36 @@ static int do_suspend(struct opts *o, struct dsec_error **err)
       usleep(5000);
   }
   return dsec_json_print_new(res, err);
+}
+
+/* A VM suspended to a memory snapshot: restored from it, processes and
+ * all; the snapshot goes once the VM runs again. */
+static int resume_vm(const char *id, json_t *st, struct dsec_error **err)
+{
+  _cleanup_free_ char *dir = dsec_sandbox_dir(id);
+  _cleanup_free_ char *snap = xasprintf("%s/%s", dir, json_string_value(
+                                          json_object_get(st, "snapshot")));
+  _cleanup_free_ char *_id_out = NULL;
+  json_t *spec = read_json_in(id, "spec.json");
+  json_t *rec = NULL;
+  double t0 = dsec_now_ms();
+
+  if (!vm_front)
+    return dsec_bad_input(err, "sandbox %s is a VM: resume it with dsec-vm", id);
+  if (!spec)
+    return dsec_fail(err, 0, "sandbox %s has no readable spec", id);
+  if (dsec_spec_validate(spec, err) < 0) {
+    json_decref(spec);
+    return -1;
+  }
+  if (create_sandbox(spec, id, snap, NULL, &_id_out, &rec, err) < 0)
+    return -1;
+  unlink(snap);
+  json_object_set_new(rec, "type", json_string("resumed"));
+  json_object_set_new(rec, "from", json_string("snapshot"));
+  json_object_set_new(rec, "duration_ms",
+                      json_real(round((dsec_now_ms() - t0) * 10) / 10));
+  return dsec_json_print_new(rec, err);
 }
 
 static int do_resume(struct opts *o, struct dsec_error **err)
@@ -1692,12 +1765,14 @@ static int do_resume(struct opts *o, struct dsec_error **err)
       return -1;
     return dsec_json_print_new(res, err);
   }
+  if (json_is_string(json_object_get(st, "snapshot")))
+    return resume_vm(id, st, err);
   /* released: booted again from its spec and its checkpoint */
   spec = spec_with_layer(id, json_string_value(json_object_get(st, "checkpoint")),
                          err);
   if (!spec)
     return -1;
-  if (create_sandbox(spec, id, &_id_out, &rec, err) < 0)
+  if (create_sandbox(spec, id, NULL, NULL, &_id_out, &rec, err) < 0)
     return -1;
   json_object_set_new(rec, "type", json_string("resumed"));
   json_object_set(rec, "checkpoint", json_object_get(st, "checkpoint"));
@@ -1714,6 +1789,64 @@ static int do_resume(struct opts *o, struct dsec_error **err)
   return dsec_json_print_new(rec, err);
 }
 
+/* A VM's forks: one memory snapshot and disk copy of the running VM
+ * (paused for it), each fork restored from them with a disk of its own. */
+static int fork_vm(const char *id, int count, struct dsec_error **err)
+{
+  json_t *req = json_pack("{s:s}", "op", "snapshot");
+  _cleanup_json_ json_t *snap = supervisor_op(id, req, err);
+  const char *file, *disk;
+  int failed = 0;
+
+  json_decref(req);
+  if (!snap)
+    return -1;
+  file = json_string_value(json_object_get(snap, "snapshot"));
+  disk = json_string_value(json_object_get(snap, "disk"));
+  for (int i = 0; i < count; i++) {
+    _cleanup_error_ struct dsec_error *e = NULL;
+    _cleanup_free_ char *child = NULL;
+    json_t *spec = read_json_in(id, "spec.json");
+    json_t *rec = NULL;
+    if (spec && dsec_spec_validate(spec, &e) == 0) {
+      json_object_del(spec, "name");
+      if (create_sandbox(spec, NULL, file, disk, &child, &rec, &e) == 0) {
+        json_object_set_new(rec, "index", json_integer(i));
+        json_object_set_new(rec, "parent", json_string(id));
+        if (dsec_json_print_new(rec, err) < 0) {
+          failed = -1;
+          break;
+        }
+        continue;
+      }
+    } else
+      json_decref(spec);
+    failed++;
+    if (dsec_json_print_new(json_pack("{s:s, s:i, s:s, s:s, s:i}", "type",
+                                      "error", "index", i, "parent", id,
+                                      "error", e ? e->msg : "failed",
+                                      "exit_code", e ? e->status : 1),
+                            err) < 0) {
+      failed = -1;
+      break;
+    }
+  }
+  unlink(file);
+  unlink(disk);
+  if (failed < 0)
+    return -1;
+  {
+    _cleanup_error_ struct dsec_error *e = NULL;
+    json_t *ev = json_pack("{s:s, s:s, s:i, s:i}", "type", "forked", "from",
+                           "snapshot", "count", count, "failed", failed);
+    dsec_event_append(-1, id, ev, &e);
+    json_decref(ev);
+  }
+  if (failed)
+    return dsec_fail(err, 0, "%d of %d forks failed", failed, count);
+  return 0;
+}
+
 static int do_fork(struct opts *o, struct dsec_error **err)
 {
   _cleanup_free_ char *id = dsec_sandbox_resolve(o->args[0], err);
@@ -1722,6 +1855,8 @@ static int do_fork(struct opts *o, struct dsec_error **err)
 
   if (!id)
     return -1;
+  if (vm_front)
+    return fork_vm(id, o->count, err);
   cp = checkpoint_of(id, err);
   if (!cp)
     return -1;
@@ -1732,7 +1867,7 @@ static int do_fork(struct opts *o, struct dsec_error **err)
     json_t *rec = NULL;
     if (spec) {
       json_object_del(spec, "name");
-      if (create_sandbox(spec, NULL, &child, &rec, &e) == 0) {
+      if (create_sandbox(spec, NULL, NULL, NULL, &child, &rec, &e) == 0) {
         json_object_set_new(rec, "index", json_integer(i));
         json_object_set_new(rec, "parent", json_string(id));
         json_object_set_new(rec, "checkpoint", json_string(cp));
@@ -1806,7 +1941,7 @@ static _Noreturn void serve_child(json_t *req)
       int r = pool_claim(spec, &id, &rec, &err);
       if (r != 0)
         json_decref(spec);
-      ret = r < 0 ? -1 : r > 0 ? 0 : create_sandbox(spec, NULL, &id, &rec, &err);
+      ret = r < 0 ? -1 : r > 0 ? 0 : create_sandbox(spec, NULL, NULL, NULL, &id, &rec, &err);
       if (ret == 0)
         ret = dsec_json_print_new(rec, &err);
     }
@@ -2093,7 +2228,7 @@ static int do_pool(struct opts *o, struct dsec_error **err)
       json_t *s2 = json_deep_copy(spec), *rec = NULL;
       json_t *labels = json_object_get(s2, "labels");
       json_object_set_new(labels, "dsec.pool", json_string(key));
-      if (create_sandbox(s2, NULL, &id, &rec, &e) < 0) {
+      if (create_sandbox(s2, NULL, NULL, NULL, &id, &rec, &e) < 0) {
         dsec_log(DSEC_LOG_ERROR, e->errnum, "pool: %s", e->msg);
         break; /* tried again at the next round */
       }
@@ -2134,7 +2269,7 @@ static int do_pool(struct opts *o, struct dsec_error **err)
                                        "pool", key), err);
 }
 
-int dsec_runcmd_main(int argc, char **argv)
+int dsec_runcmd_main(int argc, char **argv, bool vm)
 {
   struct dsec_error *err = NULL;
   struct opts o = { 0 };
@@ -2142,6 +2277,7 @@ int dsec_runcmd_main(int argc, char **argv)
   int status, ret = 0, cmd_status = 0;
   bool passes_status = false;
 
+  vm_front = vm;
   dsec_cli_init(argc, argv);
   signal(SIGPIPE, SIG_IGN);
   status = parse(argc, argv, &o, &exit_now);

@@ -4,6 +4,10 @@
 #ifndef DSEC_RUNCMD_H
 #define DSEC_RUNCMD_H
 
-int dsec_runcmd_main(int argc, char **argv);
+#include <stdbool.h>
+
+/* vm: serve the microvm and vm backends (dsec-vm) instead of fncall and
+ * container (dsec-run). */
+int dsec_runcmd_main(int argc, char **argv, bool vm);
 
 #endif

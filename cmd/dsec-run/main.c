@@ -5,5 +5,5 @@
 
 int main(int argc, char **argv)
 {
-  return dsec_runcmd_main(argc, argv);
+  return dsec_runcmd_main(argc, argv, false);
 }

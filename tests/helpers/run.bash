@@ -13,13 +13,14 @@
 run_file_setup() {
   local bin="$BATS_FILE_TMPDIR/bin" p
   mkdir -p "$bin"
-  for p in dsec-run dsec-pull dsec-layer; do
+  for p in dsec-run dsec-vm dsec-agent dsec-pull dsec-layer; do
     if command -v flock >/dev/null; then
       flock /tmp/dsec-make.lock cp "$DSEC_BUILDDIR/$p" "$bin/$p"
     else
       cp "$DSEC_BUILDDIR/$p" "$bin/$p"
     fi
-    "$bin/$p" --version >/dev/null
+    # (dsec-agent runs only as a guest's PID 1)
+    [ "$p" = dsec-agent ] || "$bin/$p" --version >/dev/null
   done
   PATH="$bin:$PATH"
   export PATH
@@ -73,7 +74,7 @@ sb_pids() {
   for p in /proc/[0-9]*; do
     read -r comm 2>/dev/null <"$p/comm" || continue
     case $comm in
-      dsec-supervise | dsec-init | dsec-run) ;;
+      dsec-supervise | dsec-init | dsec-run | dsec-vm | qemu-system-x86) ;;
       *) continue ;;
     esac
     if { tr '\0' '\n' <"$p/environ"; } 2>/dev/null | env_has "$want"; then

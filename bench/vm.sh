@@ -1,0 +1,158 @@
+#!/bin/bash
+# dsec-vm benchmark (not a test).  Prints one table:
+#
+#  - boot to first exec of a microvm and of a vm (q35), side by side with
+#    the floor: a bare QEMU booting the same kernel and initramfs with a
+#    trivial /init that powers off at once (no disks, no agent, no exec);
+#  - suspend and resume against the VM's memory size (with 64 MiB of it
+#    written in the guest, so the snapshot is not only zero pages);
+#  - fork --count 2;
+#  - host memory (PSS of the QEMU processes) of BENCH_VMS idle VMs after
+#    each wrote and freed 128 MiB in its page cache, with free page
+#    reporting on (the default) and off.
+#
+# The accelerator (kvm or tcg) is printed with the table: under TCG every
+# figure is that of an emulated CPU.
+#
+#   sudo bench/vm.sh                 (BENCH_N=5 repetitions, BENCH_VMS=8)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+[ "$(id -u)" -eq 0 ] || { echo "bench/vm.sh: needs root" >&2; exit 1; }
+N=${BENCH_N:-5}
+VMS=${BENCH_VMS:-8}
+BIN=$(pwd)
+export PATH="$BIN:$PATH"
+work=$(mktemp -d /tmp/dsec-bench-vm.XXXXXX)
+export DSEC_ROOT="$work/root" DSEC_RUN="$work/run" DSEC_STORE="$work/root/store"
+cleanup() {
+  local ids
+  ids=$(dsec-vm ps --all 2>/dev/null | jq -r .id || true)
+  # shellcheck disable=SC2086
+  [ -z "$ids" ] || dsec-vm rm --force $ids >/dev/null 2>&1 || true
+  rm -rf "$work"
+}
+trap cleanup EXIT INT TERM
+command -v bc >/dev/null || apt-get install -y -q bc >/dev/null
+
+examples/mkrootfs-busybox.sh "$work/bb.tar.gz"
+dsec-pull --name busybox:bench "tar:$work/bb.tar.gz" >/dev/null
+dsec-layer materialise --format erofs busybox:bench >/dev/null
+
+us() { echo $(( ($(date +%s%N) - $1) / 1000 )); }   # microseconds since $1
+rows=()
+# stat NAME VALUES(us...): a row with p50/p99 in ms; P50 is left set (us)
+stat() {
+  local name=$1; shift
+  local sorted p50 p99
+  sorted=$(printf '%s\n' "$@" | sort -n)
+  p50=$(sed -n "$(( ($# + 1) / 2 ))p" <<<"$sorted")
+  p99=$(sed -n "$(( ($# * 99 + 99) / 100 ))p" <<<"$sorted")
+  rows+=("$(printf '%-40s %10.1f %10.1f' "$name" "$(bc -l <<<"$p50/1000")" "$(bc -l <<<"$p99/1000")")")
+  P50=$p50
+}
+ratio() { bc -l <<<"$1/$2" | xargs printf '%.2fx'; }
+
+# --- boot to first exec, and the bare-QEMU floor -------------------------
+# the first create builds the kernel and initramfs cache: not timed
+id=$(dsec-vm create --image busybox:bench | jq -r .id)
+accel=$(dsec-vm inspect "$id" | jq -r .accelerator)
+kernel_dir=$(dirname "$(ls "$DSEC_STORE"/vm/*/vmlinux | head -1)")
+dsec-vm rm "$id" >/dev/null
+
+mkdir -p "$work/floor/bin" "$work/floor/proc"
+cp /bin/busybox "$work/floor/bin/busybox"
+printf '#!/bin/busybox sh\n/bin/busybox poweroff -f\n' >"$work/floor/init"
+chmod +x "$work/floor/init"
+(cd "$work/floor" && find . | cpio -o -H newc 2>/dev/null) >"$work/floor.cpio"
+floor_boot() {
+  local machine=$1 acc
+  [ "$accel" = kvm ] && acc=kvm || acc=tcg
+  qemu-system-x86_64 -M "$machine" -accel "$acc" -m 512 -nodefaults \
+    -no-user-config -nographic -no-reboot -serial null \
+    -kernel "$kernel_dir/vmlinux" -initrd "$work/floor.cpio" \
+    -append "console=ttyS0 quiet panic=-1 $(
+      [ "$acc" = tcg ] && echo "tsc_early_khz=$(cut -d' ' -f1 "$DSEC_RUN/tsc_khz")")" \
+    >/dev/null 2>&1 </dev/null
+}
+for backend in microvm vm; do
+  ts=() fs=()
+  machine=$([ "$backend" = vm ] && echo q35 || echo microvm)
+  for i in $(seq "$N"); do
+    t=$(date +%s%N)
+    id=$(dsec-vm create --image busybox:bench --backend "$backend" | jq -r .id)
+    dsec-vm exec "$id" -- true >/dev/null
+    ts+=("$(us "$t")")
+    dsec-vm rm "$id" >/dev/null
+    t=$(date +%s%N); floor_boot "$machine"; fs+=("$(us "$t")")
+  done
+  stat "$backend: create + first exec" "${ts[@]}"
+  a=$P50
+  stat "$backend: bare QEMU boot to /init, off" "${fs[@]}"
+  b=$P50
+  rows+=("$(printf '%-40s %21s' "  ratio dsec / bare QEMU (p50)" "$(ratio "$a" "$b")")")
+done
+
+# --- exec round trip ------------------------------------------------------
+id=$(dsec-vm create --image busybox:bench | jq -r .id)
+ts=()
+for i in $(seq $((N * 10))); do
+  t=$(date +%s%N); dsec-vm exec "$id" -- true >/dev/null; ts+=("$(us "$t")")
+done
+stat "microvm: exec true" "${ts[@]}"
+dsec-vm rm "$id" >/dev/null
+
+# --- suspend and resume against memory size -------------------------------
+for mem in 256 512 1024; do
+  ss=() rs=() sz=0
+  for i in $(seq "$N"); do
+    id=$(dsec-vm create --image busybox:bench --memory "$mem" | jq -r .id)
+    dsec-vm exec "$id" -- sh -c 'head -c 64m /dev/urandom > /dev/shm/blob' >/dev/null
+    t=$(date +%s%N); sz=$(dsec-vm suspend "$id" | jq -r .snapshot_bytes); ss+=("$(us "$t")")
+    t=$(date +%s%N); dsec-vm resume "$id" >/dev/null; rs+=("$(us "$t")")
+    dsec-vm rm "$id" >/dev/null
+  done
+  stat "suspend, ${mem} MiB VM ($((sz >> 20)) MiB file)" "${ss[@]}"
+  stat "resume, ${mem} MiB VM" "${rs[@]}"
+done
+
+# --- fork -------------------------------------------------------------------
+ts=()
+for i in $(seq "$N"); do
+  id=$(dsec-vm create --image busybox:bench | jq -r .id)
+  t=$(date +%s%N); dsec-vm fork --count 2 "$id" >"$work/fork.out"; ts+=("$(us "$t")")
+  # shellcheck disable=SC2046
+  dsec-vm rm "$id" $(jq -r .id "$work/fork.out") >/dev/null
+done
+stat "fork --count 2 (512 MiB VM)" "${ts[@]}"
+
+# --- host memory of idle VMs: free page reporting on and off ---------------
+pss_kib() {
+  local total=0 p kb
+  for p in $(dsec-vm ps | jq -r .id); do
+    kb=$(awk '/^Pss:/ { print $2 }' "/proc/$(dsec-vm inspect "$p" | jq -r .qemu_pid)/smaps_rollup")
+    total=$((total + kb))
+  done
+  echo "$total"
+}
+mem_rows=()
+for fpr in 1 0; do
+  ids=()
+  for i in $(seq "$VMS"); do
+    ids+=("$(DSEC_VM_FREE_PAGE_REPORTING=$fpr dsec-vm create --image busybox:bench --memory 512 | jq -r .id)")
+  done
+  for id in "${ids[@]}"; do
+    # 128 MiB into the page cache, then freed
+    dsec-vm exec "$id" -- sh -c 'head -c 128m /dev/zero > /tmp/big && sync && rm /tmp/big && echo 3 > /proc/sys/vm/drop_caches' >/dev/null
+  done
+  sleep 5 # reporting runs every 2 s in the guest
+  kib=$(pss_kib)
+  mem_rows+=("$(printf '%-40s %10d %10d' "$VMS idle VMs, free page reporting $([ "$fpr" = 1 ] && echo on || echo off)" "$((kib >> 10))" "$((kib / VMS >> 10))")")
+  dsec-vm rm "${ids[@]}" >/dev/null
+done
+
+echo
+echo "dsec-vm: accelerator $accel, N=$N, $(nproc) cores, host $(uname -r), guest $(basename "$kernel_dir"), $(date -u +%FT%TZ)"
+printf '%-40s %10s %10s\n' case "p50 ms" "p99 ms"
+printf '%s\n' "${rows[@]}"
+printf '%-40s %10s %10s\n' "host memory (PSS of QEMU)" "total MiB" "per VM"
+printf '%s\n' "${mem_rows[@]}"

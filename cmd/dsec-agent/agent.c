@@ -1,0 +1,836 @@
+/* dsec-agent: PID 1 of a dsec-vm guest.
+ *
+ * It starts in the initramfs dsec-vm built: loads the kernel modules the
+ * guest needs, waits for the host's "setup" on the virtio-serial port
+ * named dsec.agent, mounts the image's EROFS layers (read-only disks or
+ * pmem) under an overlay whose writable layer is the VM's own ext4 disk,
+ * moves into it, and then serves execs, one JSON header line each way:
+ *
+ *   host:  {"op":"exec","id":N,"argv":[..],"env":[..],"cwd":..,"uid":..,
+ *           "gid":..,"stdin_len":K,"timeout_ms":T,"cap":C}  + K bytes
+ *   guest: {"op":"result","id":N,"status":S,"timed_out":b,"oom_killed":b,
+ *           "stdout_total":..,"stderr_total":..,"stdout_len":a,
+ *           "stderr_len":b,"error":..}  + a + b bytes
+ *
+ * plus "setup"/"ready", "ping"/"pong" and "kill".  The captured output is
+ * raw bytes after the header, so nothing needs escaping in here; the host
+ * turns it into the result JSON exactly as the container backend does.
+ *
+ * Static, on jansson only: the guest has nothing else. */
+#define _GNU_SOURCE
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <grp.h>
+#include <jansson.h>
+#include <linux/capability.h>
+#include <linux/fs.h>
+#include <net/if.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/ioctl.h>
+#include <sys/mount.h>
+#include <sys/prctl.h>
+#include <sys/reboot.h>
+#include <sys/signalfd.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/utsname.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#define PORT_NAME "dsec.agent"
+#define HEADER_MAX (4u << 20)
+#define DRAIN_MS 100 /* output still arriving after the command exited */
+
+extern char **environ;
+
+static int port = -1;
+static int rwfd = -1; /* the writable disk's root, for freeze and thaw */
+
+static void logmsg(const char *fmt, ...)
+{
+  va_list ap;
+  va_start(ap, fmt);
+  fputs("dsec-agent: ", stderr);
+  vfprintf(stderr, fmt, ap);
+  fputc('\n', stderr);
+  va_end(ap);
+}
+
+/* PID 1 must not exit: a fatal error stops the VM, which the host reports
+ * as died with the console's last lines as the cause. */
+static _Noreturn void fatal(const char *fmt, ...)
+{
+  va_list ap;
+  va_start(ap, fmt);
+  fputs("dsec-agent: fatal: ", stderr);
+  vfprintf(stderr, fmt, ap);
+  fprintf(stderr, ": %s\n", strerror(errno));
+  va_end(ap);
+  sync();
+  reboot(RB_POWER_OFF);
+  for (;;)
+    pause();
+}
+
+static double now_ms(void)
+{
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double) ts.tv_sec * 1e3 + (double) ts.tv_nsec / 1e6;
+}
+
+static char *read_small(const char *path)
+{
+  static char buf[4096];
+  int fd = open(path, O_RDONLY | O_CLOEXEC);
+  ssize_t n;
+  if (fd < 0)
+    return NULL;
+  n = read(fd, buf, sizeof buf - 1);
+  close(fd);
+  if (n < 0)
+    return NULL;
+  while (n > 0 && (buf[n - 1] == '\n' || buf[n - 1] == ' '))
+    n--;
+  buf[n] = '\0';
+  return buf;
+}
+
+/* ---- boot */
+
+static void load_modules(void)
+{
+  FILE *f = fopen("/lib/modules/order", "re");
+  char line[256];
+  if (!f)
+    return; /* a kernel with everything built in */
+  while (fgets(line, sizeof line, f)) {
+    char path[300];
+    int fd;
+    line[strcspn(line, "\n")] = '\0';
+    if (!*line)
+      continue;
+    snprintf(path, sizeof path, "/lib/modules/%s", line);
+    fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0 || (syscall(SYS_finit_module, fd, "", 0) < 0 && errno != EEXIST))
+      logmsg("cannot load %s: %s", line, strerror(errno));
+    if (fd >= 0)
+      close(fd);
+    unlink(path); /* its memory goes back once loaded */
+  }
+  fclose(f);
+}
+
+/* The block device whose virtio serial is want ("dsec-l0", "dsec-rw"),
+ * waiting for the driver to probe it. */
+static bool find_disk(const char *want, char *dev, size_t len)
+{
+  for (int tries = 0; tries < 1000; tries++) {
+    DIR *d = opendir("/sys/block");
+    struct dirent *e;
+    while (d && (e = readdir(d))) {
+      char p[300];
+      const char *serial;
+      if (strncmp(e->d_name, "vd", 2) != 0)
+        continue;
+      snprintf(p, sizeof p, "/sys/block/%s/serial", e->d_name);
+      serial = read_small(p);
+      if (serial && strcmp(serial, want) == 0) {
+        snprintf(dev, len, "/dev/%s", e->d_name);
+        closedir(d);
+        return true;
+      }
+    }
+    if (d)
+      closedir(d);
+    usleep(10000);
+  }
+  return false;
+}
+
+static bool wait_path(const char *path)
+{
+  for (int tries = 0; tries < 1000; tries++) {
+    if (access(path, F_OK) == 0)
+      return true;
+    usleep(10000);
+  }
+  return false;
+}
+
+static int open_port(void)
+{
+  for (int tries = 0; tries < 2000; tries++) {
+    DIR *d = opendir("/sys/class/virtio-ports");
+    struct dirent *e;
+    while (d && (e = readdir(d))) {
+      char p[300];
+      const char *name;
+      if (e->d_name[0] == '.')
+        continue;
+      snprintf(p, sizeof p, "/sys/class/virtio-ports/%s/name", e->d_name);
+      name = read_small(p);
+      if (name && strcmp(name, PORT_NAME) == 0) {
+        int fd;
+        snprintf(p, sizeof p, "/dev/%s", e->d_name);
+        fd = open(p, O_RDWR | O_NONBLOCK | O_CLOEXEC);
+        if (fd >= 0) {
+          closedir(d);
+          return fd;
+        }
+      }
+    }
+    if (d)
+      closedir(d);
+    usleep(10000);
+  }
+  return -1;
+}
+
+static void mkdirs(const char *path, mode_t mode)
+{
+  char buf[4096];
+  snprintf(buf, sizeof buf, "%s", path);
+  for (char *s = strchr(buf + 1, '/'); s; s = strchr(s + 1, '/')) {
+    *s = '\0';
+    mkdir(buf, mode);
+    *s = '/';
+  }
+  mkdir(buf, mode);
+}
+
+static void loopback_up(void)
+{
+  struct ifreq ifr = { 0 };
+  int fd = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+  if (fd < 0)
+    return;
+  strcpy(ifr.ifr_name, "lo");
+  if (ioctl(fd, SIOCGIFFLAGS, &ifr) == 0) {
+    ifr.ifr_flags |= IFF_UP | IFF_RUNNING;
+    ioctl(fd, SIOCSIFFLAGS, &ifr);
+  }
+  close(fd);
+}
+
+/* protect: read-only binds; hide: an empty read-only tmpfs (directories)
+ * or an unreadable empty file.  Execs lose CAP_SYS_ADMIN when either is
+ * asked for, so the guest's root cannot simply unmount them. */
+static bool restricted;
+
+static void protect_and_hide(json_t *setup)
+{
+  json_t *v;
+  size_t i;
+  json_array_foreach(json_object_get(setup, "protect"), i, v)
+  {
+    const char *p = json_string_value(v);
+    if (!p || mount(p, p, NULL, MS_BIND | MS_REC, NULL) < 0 ||
+        mount(NULL, p, NULL, MS_REMOUNT | MS_BIND | MS_RDONLY, NULL) < 0)
+      logmsg("cannot protect %s: %s", p ? p : "?", strerror(errno));
+    restricted = true;
+  }
+  json_array_foreach(json_object_get(setup, "hide"), i, v)
+  {
+    const char *p = json_string_value(v);
+    struct stat st;
+    restricted = true;
+    if (!p || lstat(p, &st) < 0)
+      continue;
+    if (S_ISDIR(st.st_mode)) {
+      if (mount("tmpfs", p, "tmpfs", MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC,
+                "size=0,mode=000") < 0)
+        logmsg("cannot hide %s: %s", p, strerror(errno));
+    } else {
+      int fd = open("/run/.dsec-hidden", O_CREAT | O_RDONLY | O_CLOEXEC, 0);
+      if (fd >= 0)
+        close(fd);
+      if (mount("/run/.dsec-hidden", p, NULL, MS_BIND, NULL) < 0 ||
+          mount(NULL, p, NULL, MS_REMOUNT | MS_BIND | MS_RDONLY, NULL) < 0)
+        logmsg("cannot hide %s: %s", p, strerror(errno));
+    }
+  }
+}
+
+/* Builds the root: layers bottom to top, the writable disk, the overlay,
+ * then the usual kernel file systems inside it, and moves into it. */
+static void setup_root(json_t *setup)
+{
+  size_t n = (size_t) json_integer_value(json_object_get(setup, "layers"));
+  bool pmem = json_is_true(json_object_get(setup, "pmem"));
+  size_t optlen = 64 + n * 24;
+  char *opts = malloc(optlen), *o = opts;
+  char dev[300], dir[64];
+
+  if (!opts)
+    fatal("out of memory");
+  o += sprintf(o, "lowerdir=");
+  for (size_t i = n; i-- > 0;) {
+    char serial[32];
+    snprintf(dir, sizeof dir, "/mnt/l%zu", i);
+    mkdirs(dir, 0755);
+    if (pmem) {
+      snprintf(dev, sizeof dev, "/dev/pmem%zu", i);
+      if (!wait_path(dev))
+        fatal("no %s", dev);
+    } else {
+      snprintf(serial, sizeof serial, "dsec-l%zu", i);
+      if (!find_disk(serial, dev, sizeof dev))
+        fatal("no disk for layer %zu", i);
+    }
+    if (mount(dev, dir, "erofs", MS_RDONLY | MS_NODEV, pmem ? "dax=always" : NULL) < 0 &&
+        (!pmem || mount(dev, dir, "erofs", MS_RDONLY | MS_NODEV, NULL) < 0))
+      fatal("cannot mount layer %zu (%s)", i, dev);
+    o += sprintf(o, "%s%s", dir, i ? ":" : "");
+  }
+  if (!find_disk("dsec-rw", dev, sizeof dev))
+    fatal("no writable disk");
+  mkdirs("/mnt/rw", 0755);
+  if (mount(dev, "/mnt/rw", "ext4", MS_NODEV, NULL) < 0)
+    fatal("cannot mount the writable disk %s", dev);
+  rwfd = open("/mnt/rw", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  mkdirs("/mnt/rw/upper", 0755);
+  mkdirs("/mnt/rw/work", 0755);
+  if (n == 0) {
+    mkdirs("/mnt/empty", 0755);
+    o += sprintf(o, "/mnt/empty");
+  }
+  sprintf(o, ",upperdir=/mnt/rw/upper,workdir=/mnt/rw/work");
+  if (mount("overlay", "/newroot", "overlay", 0, opts) < 0)
+    fatal("cannot mount the overlay (%s)", opts);
+  free(opts);
+
+  /* the layers and the disk move under the new root, out of sight */
+  mkdirs("/newroot/proc", 0555);
+  mkdirs("/newroot/sys", 0555);
+  mkdirs("/newroot/dev", 0755);
+  mkdirs("/newroot/run", 0755);
+  mkdirs("/newroot/tmp", 01777);
+  if (mount("proc", "/newroot/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, NULL) < 0 ||
+      mount("sysfs", "/newroot/sys", "sysfs", MS_NOSUID | MS_NODEV | MS_NOEXEC, NULL) < 0 ||
+      mount("/dev", "/newroot/dev", NULL, MS_MOVE, NULL) < 0 ||
+      mount("tmpfs", "/newroot/run", "tmpfs", MS_NOSUID | MS_NODEV, "mode=755") < 0)
+    fatal("cannot mount the kernel file systems");
+  mkdirs("/newroot/dev/pts", 0755);
+  mkdirs("/newroot/dev/shm", 01777);
+  mount("devpts", "/newroot/dev/pts", "devpts", MS_NOSUID | MS_NOEXEC,
+        "newinstance,ptmxmode=0666,mode=620");
+  mount("tmpfs", "/newroot/dev/shm", "tmpfs", MS_NOSUID | MS_NODEV, "mode=1777");
+  umount2("/proc", MNT_DETACH);
+  umount2("/sys", MNT_DETACH);
+  if (chdir("/newroot") < 0 || mount(".", "/", NULL, MS_MOVE, NULL) < 0 ||
+      chroot(".") < 0 || chdir("/") < 0)
+    fatal("cannot enter the root");
+  {
+    const char *wd = json_string_value(json_object_get(setup, "workdir"));
+    if (wd && *wd == '/')
+      mkdirs(wd, 0755);
+  }
+  protect_and_hide(setup);
+  if (sethostname("dsec", 4) < 0)
+    logmsg("cannot set the host name: %s", strerror(errno));
+  loopback_up();
+}
+
+/* ---- the port: whole messages, in order */
+
+static void port_write(const void *buf, size_t len)
+{
+  const char *p = buf;
+  while (len > 0) {
+    ssize_t n = write(port, p, len);
+    if (n < 0 && (errno == EAGAIN || errno == EINTR)) {
+      struct pollfd pf = { port, POLLOUT, 0 };
+      poll(&pf, 1, 100); /* POLLHUP while the host is away: retry */
+      continue;
+    }
+    if (n < 0) {
+      logmsg("cannot write to the host: %s", strerror(errno));
+      return;
+    }
+    p += n;
+    len -= (size_t) n;
+  }
+}
+
+static void send_msg(json_t *m, const char *a, size_t alen, const char *b,
+                     size_t blen)
+{
+  char *text = json_dumps(m, JSON_COMPACT);
+  size_t tl = strlen(text);
+  text = realloc(text, tl + 2);
+  text[tl++] = '\n';
+  port_write(text, tl);
+  if (alen)
+    port_write(a, alen);
+  if (blen)
+    port_write(b, blen);
+  free(text);
+  json_decref(m);
+}
+
+/* ---- execs */
+
+struct capture {
+  int fd;
+  char *data;
+  size_t len, cap;
+  uint64_t total;
+};
+
+struct job {
+  json_int_t id;
+  pid_t pid;
+  struct capture out, err;
+  int in_fd;
+  char *in;
+  size_t in_len, in_off;
+  double deadline;   /* 0: none */
+  double exited_at;  /* 0: still running */
+  int status;
+  bool timed_out;
+  uint64_t oom_before;
+  struct job *next;
+};
+
+static struct job *jobs;
+static uint64_t last_caps_drop[] = { CAP_SYS_ADMIN, CAP_SYS_MODULE,
+                                     CAP_SYS_RAWIO, CAP_MKNOD,
+                                     CAP_SYS_BOOT };
+
+static uint64_t oom_kills(void)
+{
+  FILE *f = fopen("/proc/vmstat", "re");
+  char line[128];
+  uint64_t v = 0;
+  while (f && fgets(line, sizeof line, f))
+    if (sscanf(line, "oom_kill %lu", &v) == 1)
+      break;
+  if (f)
+    fclose(f);
+  return v;
+}
+
+static char **strv(json_t *a)
+{
+  size_t n = json_array_size(a);
+  char **v = calloc(n + 1, sizeof *v);
+  for (size_t i = 0; v && i < n; i++)
+    v[i] = (char *) json_string_value(json_array_get(a, i));
+  return v;
+}
+
+static _Noreturn void exec_child(json_t *req, int in, int out, int err)
+{
+  const char *cwd = json_string_value(json_object_get(req, "cwd"));
+  char **argv = strv(json_object_get(req, "argv"));
+  char **envp = strv(json_object_get(req, "env"));
+  uid_t uid = (uid_t) json_integer_value(json_object_get(req, "uid"));
+  gid_t gid = (gid_t) json_integer_value(json_object_get(req, "gid"));
+  sigset_t none;
+
+  sigemptyset(&none);
+  sigprocmask(SIG_SETMASK, &none, NULL);
+  setsid();
+  if (dup2(in, 0) < 0 || dup2(out, 1) < 0 || dup2(err, 2) < 0)
+    _exit(125);
+  syscall(SYS_close_range, 3U, ~0U, 0U);
+  if (!argv || !envp || !argv[0])
+    _exit(125);
+  if (cwd && chdir(cwd) < 0) {
+    dprintf(2, "dsec: cannot enter %s: %s\n", cwd, strerror(errno));
+    _exit(126);
+  }
+  if (restricted)
+    for (size_t i = 0; i < sizeof last_caps_drop / sizeof *last_caps_drop; i++)
+      prctl(PR_CAPBSET_DROP, last_caps_drop[i], 0, 0, 0);
+  if (setgroups(0, NULL) < 0 || setresgid(gid, gid, gid) < 0 ||
+      setresuid(uid, uid, uid) < 0) {
+    dprintf(2, "dsec: cannot switch to user %u:%u: %s\n", uid, gid,
+            strerror(errno));
+    _exit(125);
+  }
+  environ = envp;
+  execvp(argv[0], argv);
+  dprintf(2, "dsec: %s: %s\n", argv[0], strerror(errno));
+  _exit(errno == ENOENT || errno == ENOTDIR ? 127 : 126);
+}
+
+static void job_start(json_t *req, const char *stdin_buf, size_t stdin_len)
+{
+  struct job *j = calloc(1, sizeof *j);
+  int in[2], out[2], er[2];
+  double timeout_ms = json_number_value(json_object_get(req, "timeout_ms"));
+  json_int_t cap = json_integer_value(json_object_get(req, "cap"));
+
+  j->id = json_integer_value(json_object_get(req, "id"));
+  if (pipe2(in, O_CLOEXEC) < 0 || pipe2(out, O_CLOEXEC | O_NONBLOCK) < 0 ||
+      pipe2(er, O_CLOEXEC | O_NONBLOCK) < 0) {
+    send_msg(json_pack("{s:s, s:I, s:s}", "op", "result", "id", j->id, "error",
+                       "cannot make pipes"), NULL, 0, NULL, 0);
+    free(j);
+    return;
+  }
+  /* the child's ends must block: O_NONBLOCK is per open file */
+  fcntl(out[1], F_SETFL, 0);
+  fcntl(er[1], F_SETFL, 0);
+  j->oom_before = oom_kills();
+  j->pid = fork();
+  if (j->pid == 0)
+    exec_child(req, in[0], out[1], er[1]);
+  close(in[0]);
+  close(out[1]);
+  close(er[1]);
+  if (j->pid < 0) {
+    close(in[1]);
+    close(out[0]);
+    close(er[0]);
+    send_msg(json_pack("{s:s, s:I, s:s}", "op", "result", "id", j->id, "error",
+                       "fork failed"), NULL, 0, NULL, 0);
+    free(j);
+    return;
+  }
+  j->out = (struct capture){ .fd = out[0], .cap = cap > 0 ? (size_t) cap : 0 };
+  j->err = (struct capture){ .fd = er[0], .cap = cap > 0 ? (size_t) cap : 0 };
+  if (stdin_len) {
+    j->in = malloc(stdin_len);
+    memcpy(j->in, stdin_buf, stdin_len);
+    j->in_len = stdin_len;
+    fcntl(in[1], F_SETFL, O_NONBLOCK);
+    j->in_fd = in[1];
+  } else {
+    close(in[1]);
+    j->in_fd = -1;
+  }
+  if (timeout_ms > 0)
+    j->deadline = now_ms() + timeout_ms;
+  j->next = jobs;
+  jobs = j;
+}
+
+static void capture_read(struct capture *c)
+{
+  char buf[65536];
+  while (c->fd >= 0) {
+    ssize_t n = read(c->fd, buf, sizeof buf);
+    if (n < 0 && errno == EINTR)
+      continue;
+    if (n < 0 && errno == EAGAIN)
+      return;
+    if (n <= 0) {
+      close(c->fd);
+      c->fd = -1;
+      return;
+    }
+    c->total += (uint64_t) n;
+    if (c->len < c->cap) {
+      size_t keep = (size_t) n < c->cap - c->len ? (size_t) n : c->cap - c->len;
+      if (!c->data)
+        c->data = malloc(c->cap);
+      memcpy(c->data + c->len, buf, keep);
+      c->len += keep;
+    }
+  }
+}
+
+static void job_finish(struct job *j)
+{
+  json_t *m;
+  bool oom;
+  capture_read(&j->out);
+  capture_read(&j->err);
+  oom = WIFSIGNALED(j->status) && WTERMSIG(j->status) == SIGKILL &&
+        !j->timed_out && oom_kills() > j->oom_before;
+  m = json_pack("{s:s, s:I, s:i, s:b, s:b, s:I, s:I, s:I, s:I}", "op",
+                "result", "id", j->id, "status", j->status, "timed_out",
+                j->timed_out, "oom_killed", oom, "stdout_total",
+                (json_int_t) j->out.total, "stderr_total",
+                (json_int_t) j->err.total, "stdout_len",
+                (json_int_t) j->out.len, "stderr_len", (json_int_t) j->err.len);
+  send_msg(m, j->out.data, j->out.len, j->err.data, j->err.len);
+  if (j->out.fd >= 0)
+    close(j->out.fd);
+  if (j->err.fd >= 0)
+    close(j->err.fd);
+  if (j->in_fd >= 0)
+    close(j->in_fd);
+  for (struct job **p = &jobs; *p; p = &(*p)->next)
+    if (*p == j) {
+      *p = j->next;
+      break;
+    }
+  free(j->out.data);
+  free(j->err.data);
+  free(j->in);
+  free(j);
+}
+
+static void stdin_write(struct job *j)
+{
+  while (j->in_fd >= 0 && j->in_off < j->in_len) {
+    ssize_t n = write(j->in_fd, j->in + j->in_off, j->in_len - j->in_off);
+    if (n < 0 && errno == EAGAIN)
+      return;
+    if (n <= 0)
+      break;
+    j->in_off += (size_t) n;
+  }
+  if (j->in_fd >= 0) {
+    close(j->in_fd);
+    j->in_fd = -1;
+  }
+}
+
+static void reap(void)
+{
+  for (;;) {
+    int status;
+    pid_t pid = waitpid(-1, &status, WNOHANG);
+    if (pid <= 0)
+      return;
+    for (struct job *j = jobs; j; j = j->next)
+      if (j->pid == pid) {
+        j->status = status;
+        j->exited_at = now_ms();
+      }
+  }
+}
+
+/* ---- requests */
+
+static char *inbuf;
+static size_t inlen, incap;
+
+static void handle(json_t *req, const char *payload, size_t plen)
+{
+  const char *op = json_string_value(json_object_get(req, "op"));
+  json_t *id = json_object_get(req, "id");
+  if (!op)
+    return;
+  if (strcmp(op, "exec") == 0) {
+    job_start(req, payload, plen);
+  } else if (strcmp(op, "ping") == 0) {
+    struct utsname u;
+    uname(&u);
+    send_msg(json_pack("{s:s, s:O, s:s}", "op", "pong", "id", id ? id : json_null(),
+                       "kernel", u.release), NULL, 0, NULL, 0);
+  } else if (strcmp(op, "kill") == 0) {
+    int sig = (int) json_integer_value(json_object_get(req, "signal"));
+    kill(-1, sig > 0 && sig < NSIG ? sig : SIGKILL);
+  } else if (strcmp(op, "sync") == 0) {
+    sync();
+    send_msg(json_pack("{s:s, s:O}", "op", "synced", "id", id ? id : json_null()),
+             NULL, 0, NULL, 0);
+  } else if (strcmp(op, "freeze") == 0 || strcmp(op, "thaw") == 0) {
+    /* a frozen ext4 has its journal flushed and is clean on disk: the host
+     * can read the disk image while the guest waits */
+    bool freeze = strcmp(op, "freeze") == 0;
+    json_t *m = json_pack("{s:s, s:O}", "op", freeze ? "frozen" : "thawed",
+                          "id", id ? id : json_null());
+    if (freeze)
+      sync();
+    if (ioctl(rwfd, freeze ? FIFREEZE : FITHAW, 0) < 0 &&
+        !(freeze ? 0 : errno == EINVAL))
+      json_object_set_new(m, "error", json_string(strerror(errno)));
+    send_msg(m, NULL, 0, NULL, 0);
+  } else if (strcmp(op, "poweroff") == 0) {
+    kill(-1, SIGKILL);
+    sync();
+    reboot(RB_POWER_OFF);
+  }
+}
+
+/* Consumes whole messages from inbuf (a header line and its payload). */
+static void dispatch(void)
+{
+  size_t off = 0;
+  for (;;) {
+    char *nl = memchr(inbuf + off, '\n', inlen - off);
+    json_t *req;
+    size_t hl, plen;
+    if (!nl) {
+      if (inlen - off > HEADER_MAX)
+        off = inlen; /* garbage: drop it rather than grow without end */
+      break;
+    }
+    hl = (size_t) (nl - (inbuf + off));
+    req = json_loadb(inbuf + off, hl, 0, NULL);
+    plen = (size_t) json_integer_value(json_object_get(req, "stdin_len"));
+    if (req && inlen - off - hl - 1 < plen) {
+      json_decref(req);
+      break; /* the payload is still coming */
+    }
+    if (req)
+      handle(req, nl + 1, plen);
+    else
+      plen = 0;
+    json_decref(req);
+    off += hl + 1 + plen;
+  }
+  memmove(inbuf, inbuf + off, inlen - off);
+  inlen -= off;
+}
+
+static bool port_read(void)
+{
+  for (;;) {
+    ssize_t n;
+    if (incap - inlen < 65536) {
+      incap = incap ? incap * 2 : 1 << 20;
+      inbuf = realloc(inbuf, incap);
+      if (!inbuf)
+        fatal("out of memory");
+    }
+    n = read(port, inbuf + inlen, incap - inlen);
+    if (n < 0 && errno == EINTR)
+      continue;
+    if (n < 0 && errno == EAGAIN)
+      return true;
+    if (n <= 0)
+      return false; /* the host is not connected */
+    inlen += (size_t) n;
+  }
+}
+
+/* Waits for the host's setup message (boot only). */
+static json_t *wait_setup(void)
+{
+  for (;;) {
+    struct pollfd pf = { port, POLLIN, 0 };
+    char *nl;
+    if (poll(&pf, 1, -1) < 0 && errno != EINTR)
+      fatal("poll");
+    if (!port_read())
+      usleep(20000);
+    nl = inlen ? memchr(inbuf, '\n', inlen) : NULL;
+    if (nl) {
+      size_t hl = (size_t) (nl - inbuf);
+      json_t *m = json_loadb(inbuf, hl, 0, NULL);
+      memmove(inbuf, nl + 1, inlen - hl - 1);
+      inlen -= hl + 1;
+      if (m && strcmp(json_string_value(json_object_get(m, "op")) ?: "", "setup") == 0)
+        return m;
+      json_decref(m);
+    }
+  }
+}
+
+static void serve(void)
+{
+  sigset_t mask;
+  int sfd;
+
+  sigemptyset(&mask);
+  sigaddset(&mask, SIGCHLD);
+  sigprocmask(SIG_BLOCK, &mask, NULL);
+  sfd = signalfd(-1, &mask, SFD_NONBLOCK | SFD_CLOEXEC);
+  for (;;) {
+    struct pollfd pf[2 + 3 * 64];
+    struct job *who[2 + 3 * 64];
+    nfds_t n = 0;
+    double now = now_ms(), next = -1;
+    int timeout;
+    bool host = true;
+
+    pf[n++] = (struct pollfd){ port, POLLIN, 0 };
+    pf[n++] = (struct pollfd){ sfd, POLLIN, 0 };
+    for (struct job *j = jobs; j; j = j->next) {
+      double t = j->exited_at ? j->exited_at + DRAIN_MS : j->deadline;
+      if (t > 0 && (next < 0 || t < next))
+        next = t;
+      if (n + 3 > sizeof pf / sizeof *pf)
+        continue; /* polled on a later turn */
+      if (j->out.fd >= 0)
+        who[n] = j, pf[n++] = (struct pollfd){ j->out.fd, POLLIN, 0 };
+      if (j->err.fd >= 0)
+        who[n] = j, pf[n++] = (struct pollfd){ j->err.fd, POLLIN, 0 };
+      if (j->in_fd >= 0)
+        who[n] = j, pf[n++] = (struct pollfd){ j->in_fd, POLLOUT, 0 };
+    }
+    timeout = next < 0 ? -1 : next <= now ? 0 : (int) (next - now) + 1;
+    if (poll(pf, n, timeout) < 0 && errno != EINTR)
+      fatal("poll");
+    if (pf[0].revents & POLLIN)
+      host = port_read();
+    else if (pf[0].revents & POLLHUP)
+      host = false;
+    if (!host)
+      usleep(20000); /* the host is away (a suspend, a reconnect) */
+    dispatch();
+    if (pf[1].revents) {
+      struct signalfd_siginfo si;
+      while (read(sfd, &si, sizeof si) > 0)
+        ;
+      reap();
+    }
+    for (nfds_t i = 2; i < n; i++) {
+      struct job *j = who[i];
+      if (!pf[i].revents)
+        continue;
+      if (pf[i].fd == j->out.fd)
+        capture_read(&j->out);
+      else if (pf[i].fd == j->err.fd)
+        capture_read(&j->err);
+      else if (pf[i].fd == j->in_fd)
+        stdin_write(j);
+    }
+    now = now_ms();
+    for (struct job *j = jobs, *nx; j; j = nx) {
+      nx = j->next;
+      if (!j->exited_at && j->deadline > 0 && now >= j->deadline &&
+          !j->timed_out) {
+        j->timed_out = true;
+        kill(-j->pid, SIGKILL);
+        kill(j->pid, SIGKILL);
+      }
+      if (j->exited_at &&
+          ((j->out.fd < 0 && j->err.fd < 0) || now >= j->exited_at + DRAIN_MS))
+        job_finish(j);
+    }
+  }
+}
+
+int main(void)
+{
+  json_t *setup;
+  struct utsname u;
+
+  if (getpid() != 1) {
+    fprintf(stderr, "dsec-agent: runs as PID 1 of a dsec-vm guest\n");
+    return 2;
+  }
+  mount("devtmpfs", "/dev", "devtmpfs", MS_NOSUID, "mode=0755");
+  mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, NULL);
+  mount("sysfs", "/sys", "sysfs", MS_NOSUID | MS_NODEV | MS_NOEXEC, NULL);
+  {
+    int c = open("/dev/console", O_RDWR | O_CLOEXEC);
+    if (c >= 0) {
+      dup2(c, 1);
+      dup2(c, 2);
+      close(c);
+    }
+  }
+  signal(SIGPIPE, SIG_IGN);
+  load_modules();
+  port = open_port();
+  if (port < 0)
+    fatal("no virtio-serial port named " PORT_NAME);
+  setup = wait_setup();
+  setup_root(setup);
+  json_decref(setup);
+  uname(&u);
+  send_msg(json_pack("{s:s, s:s}", "op", "ready", "kernel", u.release), NULL,
+           0, NULL, 0);
+  serve();
+  return 0;
+}

@@ -1,0 +1,1518 @@
+/* The VM supervisor, one per microvm or vm sandbox.
+ *
+ *  1. the boot artefacts (an uncompressed kernel and an initramfs with
+ *     dsec-agent and the guest's modules, built once per store), the
+ *     layers as EROFS images, and the VM's writable disk (a sparse ext4
+ *     file of disk_mb in the sandbox directory);
+ *  2. QEMU, contained: its own mount, network, IPC and UTS namespaces,
+ *     no capabilities, no new privileges, QEMU's own seccomp sandbox, and
+ *     every channel handed over as a descriptor (the agent's port and the
+ *     monitor are socketpairs; a snapshot to restore is an open file);
+ *  3. the agent's "ready" (boot) or "pong" (restore);
+ *  4. the exec socket, speaking exactly the container supervisor's
+ *     protocol: execs go to the agent, their results come back as a header
+ *     and raw output, and are recorded in the trajectory (fsync'd) before
+ *     they are answered; a seq already recorded is replayed.
+ *
+ * suspend migrates the whole VM to a file (QEMU's migration over a
+ * descriptor) and ends QEMU; resume starts QEMU with that file as its
+ * incoming migration, processes and all.  A fork snapshot does the same
+ * while the VM stays paused, copies the writable disk, and continues. */
+#include <config.h>
+
+#include "vm.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <linux/capability.h>
+#include <linux/fs.h>
+#include <math.h>
+#include <poll.h>
+#include <sched.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/ioctl.h>
+#include <sys/mount.h>
+#include <sys/prctl.h>
+#include <sys/signalfd.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/uio.h>
+#include <sys/un.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "ctl.h"
+#include "exec.h"
+#include "exitcodes.h"
+#include "fsutil.h"
+#include "log.h"
+#include "process.h"
+#include "sandbox.h"
+#include "spec.h"
+#include "store.h"
+#include "utils.h"
+#include "vmimage.h"
+
+#define BOOT_TIMEOUT_MS 180000   /* TCG on a loaded machine is slow */
+#define MIGRATE_TIMEOUT_MS 600000
+#define MSG_MAX (64u << 20)
+
+/* Whether KVM works, not only whether /dev/kvm is there: some hosts (nested
+ * virtualisation, emulated /dev/kvm) have the device but fail at the first
+ * vCPU reset.  A paused QEMU that is told to quit tells; the answer is
+ * kept in $DSEC_RUN for this boot of the host. */
+static bool kvm_works(void)
+{
+  int in[2];
+  pid_t pid;
+  int st = -1;
+
+  if (pipe2(in, O_CLOEXEC) < 0)
+    return false;
+  pid = fork();
+  if (pid == 0) {
+    int null = open("/dev/null", O_RDWR);
+    dup2(in[0], 0);
+    dup2(null, 1);
+    dup2(null, 2);
+    execl(QEMU_PROG, QEMU_PROG, "-M", "microvm", "-accel", "kvm", "-cpu", "host",
+          "-m", "16", "-nodefaults", "-no-user-config", "-display", "none",
+          "-S", "-qmp", "stdio", (char *) NULL);
+    _exit(127);
+  }
+  close(in[0]);
+  if (pid > 0) {
+    static const char cmds[] = "{\"execute\":\"qmp_capabilities\"}\n"
+                               "{\"execute\":\"quit\"}\n";
+    if (write(in[1], cmds, sizeof cmds - 1) < 0)
+      kill(pid, SIGKILL);
+  }
+  close(in[1]);
+  for (int i = 0; pid > 0 && i < 1000; i++) {
+    if (waitpid(pid, &st, WNOHANG) == pid)
+      return WIFEXITED(st) && WEXITSTATUS(st) == 0;
+    usleep(10000);
+  }
+  if (pid > 0) {
+    kill(pid, SIGKILL);
+    waitpid(pid, NULL, 0);
+  }
+  return false;
+}
+
+const char *dsec_vm_accelerator(void)
+{
+  const char *force = getenv("DSEC_VM_ACCEL");
+  _cleanup_free_ char *run = NULL, *path = NULL, *text = NULL, *boot = NULL;
+  char b[128], acc[8];
+  int fd;
+  bool kvm;
+
+  if (force && (strcmp(force, "tcg") == 0 || strcmp(force, "kvm") == 0))
+    return strcmp(force, "kvm") == 0 ? "kvm" : "tcg";
+  fd = open("/dev/kvm", O_RDWR | O_CLOEXEC);
+  if (fd < 0)
+    return "tcg";
+  close(fd);
+  run = dsec_run_dir();
+  path = xasprintf("%s/vm-accel", run);
+  text = dsec_read_file_at(AT_FDCWD, path, 256, NULL, NULL);
+  boot = dsec_boot_id();
+  if (text && boot && sscanf(text, "%7s %127s", acc, b) == 2 &&
+      strcmp(b, boot) == 0)
+    return strcmp(acc, "kvm") == 0 ? "kvm" : "tcg";
+  kvm = kvm_works();
+  {
+    _cleanup_free_ char *line = xasprintf("%s %s\n", kvm ? "kvm" : "tcg",
+                                          boot ? boot : "-");
+    dsec_mkdir_p(AT_FDCWD, run, 0711, NULL);
+    dsec_write_file_replace(AT_FDCWD, path, line, strlen(line), 0644, NULL);
+  }
+  return kvm ? "kvm" : "tcg";
+}
+
+struct vjob {
+  uint64_t xid;
+  struct vclient *cl;
+  json_t *req;   /* as recorded */
+  json_t *seq;   /* borrowed from req */
+  double start;
+};
+
+struct vclient {
+  struct dsec_ctl_client c;
+  struct vjob *job;
+};
+
+struct vm {
+  const char *id;
+  char *dir, *run;
+  json_t *spec, *state, *base_env;
+  const char *accel, *backend;
+  int epfd, sfd, lsock, agent, qmp, events_fd, console_fd, run_fd;
+  pid_t qemu;
+  struct dsec_traj traj;
+  struct vclient **clients;
+  size_t nclients;
+  struct vjob **jobs;
+  size_t njobs;
+  uint64_t next_xid;
+  char *abuf;     /* what the agent sent, not yet consumed */
+  size_t alen, acap;
+  uid_t uid;
+  gid_t gid;
+  const char *workdir;
+  double start_ms, last_activity_ms;
+  json_int_t ttl_s, idle_s;
+  bool ended;
+};
+
+static void vm_event(struct vm *v, json_t *ev)
+{
+  _cleanup_error_ struct dsec_error *e = NULL;
+  dsec_event_append(v->events_fd, v->id, ev, &e);
+  json_decref(ev);
+}
+
+static void vm_write_state(struct vm *v)
+{
+  _cleanup_error_ struct dsec_error *e = NULL;
+  if (dsec_sandbox_state_write(v->id, v->state, &e) < 0)
+    dsec_warn("%s", e->msg);
+}
+
+/* ---- the writable disk */
+
+/* A sparse copy of src (holes stay holes), reflinked when the file system
+ * can. */
+static int copy_sparse(const char *src, const char *dst, struct dsec_error **err)
+{
+  _cleanup_close_ int in = open(src, O_RDONLY | O_CLOEXEC);
+  _cleanup_close_ int out = -1;
+  struct stat st;
+  off_t data = 0;
+
+  if (in < 0 || fstat(in, &st) < 0)
+    return dsec_fail(err, errno, "cannot open %s", src);
+  out = open(dst, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+  if (out < 0)
+    return dsec_fail(err, errno, "cannot create %s", dst);
+  if (ioctl(out, FICLONE, in) == 0)
+    return fsync(out) < 0 ? dsec_fail(err, errno, "cannot sync %s", dst) : 0;
+  if (ftruncate(out, st.st_size) < 0)
+    return dsec_fail(err, errno, "cannot size %s", dst);
+  for (;;) {
+    off_t hole;
+    data = lseek(in, data, SEEK_DATA);
+    if (data < 0)
+      break; /* ENXIO: no data past here */
+    hole = lseek(in, data, SEEK_HOLE);
+    if (hole < 0)
+      hole = st.st_size;
+    while (data < hole) {
+      loff_t a = data, b = data;
+      ssize_t n = copy_file_range(in, &a, out, &b, (size_t) (hole - data), 0);
+      if (n <= 0)
+        return dsec_fail(err, n < 0 ? errno : EIO, "cannot copy %s", src);
+      data += n;
+    }
+  }
+  if (fsync(out) < 0)
+    return dsec_fail(err, errno, "cannot sync %s", dst);
+  return 0;
+}
+
+/* The VM's writable layer: disk.img in the sandbox directory, kept as it
+ * is when there (resume), copied from a fork's disk, or made: a sparse
+ * file of disk_mb with an ext4 file system (made here, so the guest needs
+ * no mkfs). */
+static int prepare_disk(struct vm *v, const char *from, struct dsec_error **err)
+{
+  _cleanup_free_ char *path = xasprintf("%s/disk.img", v->dir);
+  _cleanup_free_ char *tmp = xasprintf("%s/disk.img.tmp", v->dir);
+  json_int_t mb = json_integer_value(json_object_get(
+    json_object_get(v->spec, "resources"), "disk_mb"));
+
+  if (!from && access(path, F_OK) == 0)
+    return 0;
+  unlink(tmp);
+  if (from) {
+    if (copy_sparse(from, tmp, err) < 0)
+      return -1;
+  } else {
+    _cleanup_close_ int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC,
+                                  0600);
+    if (fd < 0 || ftruncate(fd, (off_t) (mb > 0 ? mb : 2048) << 20) < 0)
+      return dsec_fail(err, errno, "cannot create %s", tmp);
+    {
+      /* lazy inode tables: the guest initialises them in the background,
+       * so a 2 GiB disk costs a few MiB here */
+      char *argv[] = { "mkfs.ext4", "-q", "-F", "-m", "0", "-E",
+                       "lazy_itable_init=1,lazy_journal_init=1,nodiscard",
+                       tmp, NULL };
+      if (dsec_run_program(argv, NULL, NULL, err) < 0)
+        return dsec_error_wrap(err, "cannot make the writable disk");
+    }
+    if (fsync(fd) < 0)
+      return dsec_fail(err, errno, "cannot sync %s", tmp);
+  }
+  if (rename(tmp, path) < 0)
+    return dsec_fail(err, errno, "cannot create %s", path);
+  return 0;
+}
+
+/* ---- QEMU */
+
+/* The host's TSC rate in kHz.  Under TCG the guest's TSC runs at the
+ * host's, and a microvm guest without a PIT to calibrate against hangs
+ * unless told the rate (tsc_early_khz=).  Measured once per boot of the
+ * host, remembered in $DSEC_RUN. */
+static unsigned long tsc_khz(void)
+{
+  _cleanup_free_ char *run = dsec_run_dir();
+  _cleanup_free_ char *path = xasprintf("%s/tsc_khz", run);
+  _cleanup_free_ char *text = dsec_read_file_at(AT_FDCWD, path, 64, NULL, NULL);
+  _cleanup_free_ char *boot = dsec_boot_id();
+  unsigned long khz = 0;
+  char b[128];
+
+  if (text && boot && sscanf(text, "%lu %127s", &khz, b) == 2 &&
+      strcmp(b, boot) == 0 && khz > 0)
+    return khz;
+  {
+    struct timespec t0, t1;
+    uint64_t c0, c1;
+    clock_gettime(CLOCK_MONOTONIC_RAW, &t0);
+    c0 = __builtin_ia32_rdtsc();
+    usleep(20000);
+    c1 = __builtin_ia32_rdtsc();
+    clock_gettime(CLOCK_MONOTONIC_RAW, &t1);
+    khz = (unsigned long) ((double) (c1 - c0) /
+                           ((double) (t1.tv_sec - t0.tv_sec) * 1e3 +
+                            (double) (t1.tv_nsec - t0.tv_nsec) / 1e6));
+  }
+  {
+    _cleanup_error_ struct dsec_error *e = NULL;
+    char line[160];
+    int n = snprintf(line, sizeof line, "%lu %s\n", khz, boot ? boot : "-");
+    dsec_mkdir_p(AT_FDCWD, run, 0711, NULL);
+    dsec_write_file_replace(AT_FDCWD, path, line, (size_t) n, 0644, &e);
+  }
+  return khz;
+}
+
+static void argv_add(json_t *a, const char *fmt, ...)
+  __attribute__((format(printf, 2, 3)));
+static void argv_add(json_t *a, const char *fmt, ...)
+{
+  va_list ap;
+  char *s;
+  va_start(ap, fmt);
+  if (vasprintf(&s, fmt, ap) < 0)
+    abort();
+  va_end(ap);
+  json_array_append_new(a, json_string(s));
+  free(s);
+}
+
+/* QEMU's command line.  fds: 3 the agent's port, 4 the monitor, 5 the
+ * console, 6 a snapshot to restore. */
+static json_t *qemu_argv(struct vm *v, struct dsec_vm_boot *boot,
+                         char **layers, size_t n_layers, bool restore)
+{
+  json_t *a = json_array();
+  json_t *r = json_object_get(v->spec, "resources");
+  bool micro = strcmp(v->backend, "microvm") == 0;
+  bool kvm = strcmp(v->accel, "kvm") == 0;
+  const char *bus = micro ? "device" : "pci";
+  json_int_t mem = json_integer_value(json_object_get(r, "memory_mb"));
+  double cpus = json_number_value(json_object_get(r, "cpus"));
+  _cleanup_free_ char *disk = xasprintf("%s/disk.img", v->dir);
+
+  argv_add(a, "%s", QEMU_PROG);
+  argv_add(a, "-name");
+  argv_add(a, "dsec-%s,debug-threads=on", v->id);
+  argv_add(a, "-M");
+  if (micro)
+    argv_add(a, "microvm,x-option-roms=off,rtc=on,isa-serial=on,pit=on,pic=on");
+  else
+    argv_add(a, "q35");
+  argv_add(a, "-accel");
+  /* TCG's translation cache defaults to 1 GiB per VM: 64 MiB does */
+  argv_add(a, "%s", kvm ? "kvm" : "tcg,tb-size=64");
+  argv_add(a, "-cpu");
+  argv_add(a, "%s", kvm ? "host" : "max");
+  argv_add(a, "-m");
+  argv_add(a, "%lld", (long long) (mem > 0 ? mem : 512));
+  argv_add(a, "-smp");
+  argv_add(a, "%d", cpus >= 1 ? (int) ceil(cpus) : 1);
+  argv_add(a, "-nodefaults");
+  argv_add(a, "-no-user-config");
+  argv_add(a, "-nographic");
+  argv_add(a, "-no-reboot");
+  argv_add(a, "-sandbox");
+  argv_add(a, "on,obsolete=deny,elevateprivileges=deny,spawn=deny,"
+              "resourcecontrol=deny");
+  argv_add(a, "-kernel");
+  argv_add(a, "%s", boot->kernel);
+  argv_add(a, "-initrd");
+  argv_add(a, "%s", boot->initramfs);
+  argv_add(a, "-append");
+  if (kvm)
+    argv_add(a, "console=ttyS0 quiet panic=-1 reboot=t");
+  else
+    argv_add(a, "console=ttyS0 quiet panic=-1 reboot=t tsc_early_khz=%lu",
+             tsc_khz());
+  argv_add(a, "-chardev");
+  argv_add(a, "file,id=con,path=/dev/fd/5,append=on");
+  argv_add(a, "-serial");
+  argv_add(a, "chardev:con");
+  argv_add(a, "-chardev");
+  argv_add(a, "socket,id=agent,fd=3");
+  argv_add(a, "-device");
+  argv_add(a, "virtio-serial-%s", bus);
+  argv_add(a, "-device");
+  argv_add(a, "virtserialport,chardev=agent,name=dsec.agent");
+  argv_add(a, "-chardev");
+  argv_add(a, "socket,id=qmp,fd=4");
+  argv_add(a, "-mon");
+  argv_add(a, "chardev=qmp,mode=control");
+  for (size_t i = 0; i < n_layers; i++) {
+    argv_add(a, "-drive");
+    argv_add(a, "if=none,id=l%zu,file=%s,format=raw,readonly=on", i, layers[i]);
+    argv_add(a, "-device");
+    argv_add(a, "virtio-blk-%s,drive=l%zu,serial=dsec-l%zu", bus, i, i);
+  }
+  argv_add(a, "-drive");
+  argv_add(a, "if=none,id=rw,file=%s,format=raw,discard=unmap", disk);
+  argv_add(a, "-device");
+  argv_add(a, "virtio-blk-%s,drive=rw,serial=dsec-rw", bus);
+  /* memory the guest frees goes back to the host (free page reporting;
+   * DSEC_VM_FREE_PAGE_REPORTING=0 turns it off, for a host that would
+   * rather spend the CPU) */
+  argv_add(a, "-device");
+  argv_add(a, "virtio-balloon-%s,free-page-reporting=%s", bus,
+           strcmp(getenv("DSEC_VM_FREE_PAGE_REPORTING") ?: "1", "0") == 0
+             ? "off" : "on");
+  if (restore) {
+    argv_add(a, "-incoming");
+    argv_add(a, "fd:6");
+  }
+  return a;
+}
+
+/* The QEMU child: contained, then exec'd with its descriptors at 3-6 and
+ * its diagnostics in qemu.log. */
+static _Noreturn void qemu_child(json_t *argv, int fds[4], int log)
+{
+  char **v = xzalloc(sizeof *v * (json_array_size(argv) + 1));
+  struct __user_cap_header_struct h = { _LINUX_CAPABILITY_VERSION_3, 0 };
+  struct __user_cap_data_struct d[2] = { { 0 } };
+  size_t i;
+  json_t *x;
+
+  json_array_foreach(argv, i, x)
+    v[i] = (char *) json_string_value(x);
+  prctl(PR_SET_PDEATHSIG, SIGKILL);
+  if (log >= 0)
+    dup2(log, 2);
+  for (int k = 0; k < 4; k++) {
+    int fd = fds[k] >= 0 ? fds[k] : open("/dev/null", O_RDWR);
+    /* dup to a high number first: a source may sit on a target */
+    fds[k] = fcntl(fd, F_DUPFD, 100);
+  }
+  for (int k = 0; k < 4; k++)
+    if (dup2(fds[k], 3 + k) < 0)
+      _exit(125);
+  syscall(SYS_close_range, 7U, ~0U, 0U);
+  {
+    sigset_t none;
+    sigemptyset(&none);
+    sigprocmask(SIG_SETMASK, &none, NULL);
+  }
+  /* no network, no host IPC, no host name to change; mounts its own */
+  if (unshare(CLONE_NEWNET | CLONE_NEWIPC | CLONE_NEWUTS | CLONE_NEWNS) < 0)
+    dprintf(2, "dsec-vm: cannot isolate QEMU: %s\n", strerror(errno));
+  for (int cap = 0; cap <= 63; cap++)
+    prctl(PR_CAPBSET_DROP, cap, 0, 0, 0);
+  if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0 || syscall(SYS_capset, &h, d) < 0) {
+    dprintf(2, "dsec-vm: cannot drop QEMU's privileges: %s\n", strerror(errno));
+    _exit(125);
+  }
+  execv(v[0], v);
+  dprintf(2, "dsec-vm: cannot run %s: %s\n", v[0], strerror(errno));
+  _exit(127);
+}
+
+/* ---- the monitor (QMP), used synchronously: the operations that need it
+ * (suspend, fork) block the loop while they run */
+
+static char qbuf[65536];
+static size_t qlen;
+
+static json_t *qmp_read(struct vm *v, int timeout_ms)
+{
+  double end = dsec_now_ms() + timeout_ms;
+  for (;;) {
+    char *nl = memchr(qbuf, '\n', qlen);
+    if (nl) {
+      size_t n = (size_t) (nl - qbuf);
+      json_t *m = json_loadb(qbuf, n, 0, NULL);
+      memmove(qbuf, nl + 1, qlen - n - 1);
+      qlen -= n + 1;
+      if (m)
+        return m;
+      continue;
+    }
+    {
+      struct pollfd pf = { v->qmp, POLLIN, 0 };
+      int left = (int) (end - dsec_now_ms());
+      ssize_t r;
+      if (left <= 0 || poll(&pf, 1, left) <= 0)
+        return NULL;
+      r = read(v->qmp, qbuf + qlen, sizeof qbuf - qlen);
+      if (r <= 0)
+        return NULL;
+      qlen += (size_t) r;
+      if (qlen == sizeof qbuf)
+        qlen = 0; /* a line longer than we care for */
+    }
+  }
+}
+
+/* Runs a QMP command (with an fd sent alongside when fd >= 0); returns
+ * its "return" (new), or NULL with the error. */
+static json_t *qmp(struct vm *v, json_t *cmd, int fd, struct dsec_error **err)
+{
+  char *text = json_dumps(cmd, JSON_COMPACT);
+  struct iovec iov = { text, strlen(text) };
+  union {
+    struct cmsghdr h;
+    char b[CMSG_SPACE(sizeof(int))];
+  } u;
+  struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1 };
+  json_decref(cmd);
+  if (fd >= 0) {
+    struct cmsghdr *c;
+    memset(&u, 0, sizeof u);
+    mh.msg_control = u.b;
+    mh.msg_controllen = sizeof u.b;
+    c = CMSG_FIRSTHDR(&mh);
+    c->cmsg_level = SOL_SOCKET;
+    c->cmsg_type = SCM_RIGHTS;
+    c->cmsg_len = CMSG_LEN(sizeof(int));
+    memcpy(CMSG_DATA(c), &fd, sizeof(int));
+  }
+  if (sendmsg(v->qmp, &mh, MSG_NOSIGNAL) < 0) {
+    free(text);
+    dsec_fail(err, errno, "cannot talk to QEMU");
+    return NULL;
+  }
+  free(text);
+  for (;;) {
+    json_t *m = qmp_read(v, 60000), *r;
+    if (!m) {
+      dsec_fail(err, ETIMEDOUT, "QEMU does not answer");
+      return NULL;
+    }
+    if ((r = json_object_get(m, "return"))) {
+      json_incref(r);
+      json_decref(m);
+      return r;
+    }
+    if ((r = json_object_get(m, "error"))) {
+      dsec_fail(err, 0, "QEMU: %s",
+                json_string_value(json_object_get(r, "desc")) ?: "error");
+      json_decref(m);
+      return NULL;
+    }
+    json_decref(m); /* an event */
+  }
+}
+
+static int qmp_simple(struct vm *v, const char *execute, struct dsec_error **err)
+{
+  json_t *r = qmp(v, json_pack("{s:s}", "execute", execute), -1, err);
+  if (!r)
+    return -1;
+  json_decref(r);
+  return 0;
+}
+
+/* Migrates the (paused) VM into path: written under a temporary name,
+ * synced, renamed.  Returns its size, or -1. */
+static off_t vm_save(struct vm *v, const char *path, struct dsec_error **err)
+{
+  _cleanup_free_ char *tmp = xasprintf("%s.tmp", path);
+  _cleanup_close_ int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC,
+                                0600);
+  json_t *r;
+  double end = dsec_now_ms() + MIGRATE_TIMEOUT_MS;
+  struct stat st;
+
+  if (fd < 0)
+    return dsec_fail(err, errno, "cannot create %s", tmp);
+  r = qmp(v, json_pack("{s:s, s:{s:s}}", "execute", "getfd", "arguments",
+                       "fdname", "snapshot"), fd, err);
+  if (!r)
+    goto fail;
+  json_decref(r);
+  r = qmp(v, json_pack("{s:s, s:{s:s}}", "execute", "migrate", "arguments",
+                       "uri", "fd:snapshot"), -1, err);
+  if (!r)
+    goto fail;
+  json_decref(r);
+  for (;;) {
+    const char *status;
+    r = qmp(v, json_pack("{s:s}", "execute", "query-migrate"), -1, err);
+    if (!r)
+      goto fail;
+    status = json_string_value(json_object_get(r, "status"));
+    if (status && strcmp(status, "completed") == 0) {
+      json_decref(r);
+      break;
+    }
+    if (status && (strcmp(status, "failed") == 0 || strcmp(status, "cancelled") == 0)) {
+      dsec_fail(err, 0, "the VM's migration %s: %s", status,
+                json_string_value(json_object_get(r, "error-desc")) ?: "");
+      json_decref(r);
+      goto fail;
+    }
+    json_decref(r);
+    if (dsec_now_ms() > end) {
+      dsec_fail(err, ETIMEDOUT, "the VM's migration did not end");
+      goto fail;
+    }
+    usleep(20000);
+  }
+  if (fsync(fd) < 0 || fstat(fd, &st) < 0 || rename(tmp, path) < 0) {
+    dsec_fail(err, errno, "cannot write %s", path);
+    goto fail;
+  }
+  return st.st_size;
+fail:
+  unlink(tmp);
+  return -1;
+}
+
+/* ---- the agent */
+
+static int agent_send(struct vm *v, json_t *m, const char *payload, size_t plen)
+{
+  char *text = json_dumps(m, JSON_COMPACT);
+  size_t n = strlen(text);
+  struct iovec iov[3] = { { text, n }, { "\n", 1 }, { (void *) payload, plen } };
+  int cnt = plen ? 3 : 2;
+  int ret = 0;
+
+  json_decref(m);
+  /* blocking: the agent always reads, and a message is never split */
+  while (cnt > 0) {
+    ssize_t w = writev(v->agent, iov, cnt);
+    if (w < 0 && errno == EINTR)
+      continue;
+    if (w < 0 && errno == EAGAIN) {
+      struct pollfd pf = { v->agent, POLLOUT, 0 };
+      poll(&pf, 1, 1000);
+      continue;
+    }
+    if (w < 0) {
+      ret = -1;
+      break;
+    }
+    for (int i = 0; i < cnt && w > 0; i++) {
+      size_t k = (size_t) w < iov[i].iov_len ? (size_t) w : iov[i].iov_len;
+      iov[i].iov_base = (char *) iov[i].iov_base + k;
+      iov[i].iov_len -= k;
+      w -= (ssize_t) k;
+    }
+    while (cnt > 0 && iov[0].iov_len == 0) {
+      memmove(iov, iov + 1, sizeof *iov * (size_t) (cnt - 1));
+      cnt--;
+    }
+  }
+  free(text);
+  return ret;
+}
+
+/* Reads what the agent sent; false at EOF. */
+static bool agent_read(struct vm *v)
+{
+  for (;;) {
+    ssize_t n;
+    if (v->acap - v->alen < 65536) {
+      v->acap = v->acap ? v->acap * 2 : 1 << 20;
+      v->abuf = xrealloc(v->abuf, v->acap);
+    }
+    n = read(v->agent, v->abuf + v->alen, v->acap - v->alen);
+    if (n < 0 && errno == EINTR)
+      continue;
+    if (n < 0 && errno == EAGAIN)
+      return true;
+    if (n <= 0)
+      return false;
+    v->alen += (size_t) n;
+  }
+}
+
+/* The next whole message: header (new) and its payload (borrowed until
+ * agent_consume). */
+static json_t *agent_next(struct vm *v, const char **payload, size_t *plen,
+                          size_t *used)
+{
+  char *nl = v->alen ? memchr(v->abuf, '\n', v->alen) : NULL;
+  size_t hl, need;
+  json_t *m;
+  if (!nl)
+    return NULL;
+  hl = (size_t) (nl - v->abuf);
+  m = json_loadb(v->abuf, hl, 0, NULL);
+  need = (size_t) json_integer_value(json_object_get(m, "stdout_len")) +
+         (size_t) json_integer_value(json_object_get(m, "stderr_len"));
+  if (v->alen - hl - 1 < need) {
+    json_decref(m);
+    return NULL;
+  }
+  *payload = nl + 1;
+  *plen = need;
+  *used = hl + 1 + need;
+  if (!m)
+    m = json_object(); /* garbage: skipped */
+  return m;
+}
+
+static void agent_consume(struct vm *v, size_t used)
+{
+  memmove(v->abuf, v->abuf + used, v->alen - used);
+  v->alen -= used;
+}
+
+/* Waits for a message of type op from the agent (boot or restore), while
+ * watching QEMU: NULL with an error when it ends first or time is up. */
+static json_t *agent_wait(struct vm *v, const char *op, int timeout_ms,
+                          struct dsec_error **err)
+{
+  double end = dsec_now_ms() + timeout_ms;
+  for (;;) {
+    const char *p;
+    size_t pl, used;
+    json_t *m;
+    while ((m = agent_next(v, &p, &pl, &used))) {
+      agent_consume(v, used);
+      if (strcmp(json_string_value(json_object_get(m, "op")) ?: "", op) == 0)
+        return m;
+      json_decref(m);
+    }
+    {
+      struct pollfd pf = { v->agent, POLLIN, 0 };
+      int left = (int) (end - dsec_now_ms());
+      int st;
+      if (left <= 0) {
+        dsec_fail(err, ETIMEDOUT, "the guest agent did not answer within %d s",
+                  timeout_ms / 1000);
+        return NULL;
+      }
+      if (waitpid(v->qemu, &st, WNOHANG) == v->qemu) {
+        v->qemu = 0;
+        dsec_fail(err, 0, "the VM ended while starting (see console.log)");
+        return NULL;
+      }
+      if (poll(&pf, 1, left < 200 ? left : 200) > 0 && !agent_read(v)) {
+        dsec_fail(err, 0, "QEMU closed the agent's port");
+        return NULL;
+      }
+    }
+  }
+}
+
+/* ---- clients and execs */
+
+static void client_write(struct vclient *cl, json_t *rec)
+{
+  if (cl)
+    dsec_ctl_write(cl->c.fd, rec);
+}
+
+static void reply_error(struct vclient *cl, const char *msg, int status)
+{
+  if (cl)
+    dsec_ctl_reply_error(cl->c.fd, msg, status);
+}
+
+static void client_next(struct vm *v, struct vclient *cl);
+
+static void client_close(struct vm *v, struct vclient *cl)
+{
+  for (size_t i = 0; i < v->nclients; i++)
+    if (v->clients[i] == cl) {
+      v->clients[i] = v->clients[--v->nclients];
+      break;
+    }
+  if (cl->job)
+    cl->job->cl = NULL; /* still recorded when it finishes */
+  epoll_ctl(v->epfd, EPOLL_CTL_DEL, cl->c.fd, NULL);
+  close(cl->c.fd);
+  free(cl->c.in);
+  free(cl);
+}
+
+static void job_start(struct vm *v, struct vclient *cl, json_t *req)
+{
+  _cleanup_free_ char *why = NULL;
+  struct vjob *j;
+  uint64_t cap;
+  const char *in;
+  json_t *m;
+  double timeout;
+
+  if (dsec_exec_request_check(req, &why) < 0) {
+    reply_error(cl, why, DSEC_EXIT_INPUT);
+    return;
+  }
+  j = xzalloc(sizeof *j);
+  j->req = dsec_exec_request_record(req, v->workdir ? v->workdir : "/", &cap);
+  j->seq = json_object_get(j->req, "seq");
+  if (j->seq) {
+    json_int_t *running = xzalloc(sizeof *running * (v->njobs + 1));
+    size_t n = 0;
+    const char *conflict;
+    json_t *out = NULL;
+    int r;
+    for (size_t i = 0; i < v->njobs; i++)
+      if (v->jobs[i]->seq)
+        running[n++] = json_integer_value(v->jobs[i]->seq);
+    r = dsec_traj_check(&v->traj, j->req, running, n, &out, &conflict);
+    free(running);
+    if (r != 0) {
+      if (r > 0)
+        json_object_set_new(out, "id", json_string(v->id));
+      client_write(cl, out);
+      json_decref(out);
+      if (conflict)
+        vm_event(v, json_pack("{s:s, s:O, s:s}", "type", "replay_conflict",
+                              "seq", j->seq, "field", conflict));
+      else if (r > 0)
+        vm_event(v, json_pack("{s:s, s:O}", "type", "replay", "seq", j->seq));
+      json_decref(j->req);
+      free(j);
+      v->last_activity_ms = dsec_now_ms();
+      return;
+    }
+  }
+  j->xid = ++v->next_xid;
+  j->cl = cl;
+  j->start = dsec_now_ms();
+  cl->job = j;
+  v->jobs = xrealloc(v->jobs, sizeof *v->jobs * (v->njobs + 1));
+  v->jobs[v->njobs++] = j;
+  v->last_activity_ms = j->start;
+  in = json_string_value(json_object_get(j->req, "stdin"));
+  timeout = json_number_value(json_object_get(j->req, "timeout_s"));
+  m = json_pack("{s:s, s:I, s:O, s:o, s:O, s:i, s:i, s:I, s:f, s:I}", "op",
+                "exec", "id", (json_int_t) j->xid, "argv",
+                json_object_get(j->req, "cmd"), "env",
+                dsec_exec_env(v->base_env, json_object_get(j->req, "env")),
+                "cwd", json_object_get(j->req, "workdir"), "uid", (int) v->uid,
+                "gid", (int) v->gid, "stdin_len", (json_int_t) strlen(in),
+                "timeout_ms", timeout * 1000, "cap", (json_int_t) cap);
+  if (agent_send(v, m, in, strlen(in)) < 0) {
+    reply_error(cl, "cannot reach the guest agent", DSEC_EXIT_INTERNAL);
+    cl->job = NULL;
+    v->njobs--;
+    json_decref(j->req);
+    free(j);
+  }
+}
+
+static void job_done(struct vm *v, json_t *m, const char *payload)
+{
+  uint64_t xid = (uint64_t) json_integer_value(json_object_get(m, "id"));
+  struct vjob *j = NULL;
+  size_t k;
+  int status = (int) json_integer_value(json_object_get(m, "status"));
+  bool timed_out = json_is_true(json_object_get(m, "timed_out"));
+  bool oom = json_is_true(json_object_get(m, "oom_killed"));
+  const char *error = json_string_value(json_object_get(m, "error"));
+  size_t olen = (size_t) json_integer_value(json_object_get(m, "stdout_len"));
+  size_t elen = (size_t) json_integer_value(json_object_get(m, "stderr_len"));
+  uint64_t otot = (uint64_t) json_integer_value(json_object_get(m, "stdout_total"));
+  uint64_t etot = (uint64_t) json_integer_value(json_object_get(m, "stderr_total"));
+  int code, sig = 0;
+  json_t *res;
+
+  for (k = 0; k < v->njobs; k++)
+    if (v->jobs[k]->xid == xid) {
+      j = v->jobs[k];
+      break;
+    }
+  if (!j)
+    return;
+  if (error)
+    code = DSEC_EXIT_INTERNAL;
+  else if (timed_out)
+    code = DSEC_EXIT_TIMEOUT, sig = SIGKILL;
+  else if (WIFSIGNALED(status))
+    sig = WTERMSIG(status), code = 128 + sig;
+  else
+    code = WEXITSTATUS(status);
+  res = dsec_exec_result(v->id, j->seq, code, sig, payload, olen, otot,
+                         payload + olen, elen, etot, timed_out, oom,
+                         dsec_now_ms() - j->start);
+  if (error)
+    json_object_set_new(res, "error", json_string(error));
+  json_object_set_new(res, "accelerator", json_string(v->accel));
+  {
+    _cleanup_error_ struct dsec_error *e = NULL;
+    if (dsec_traj_append(&v->traj, j->seq, j->req, res, &e) < 0) {
+      json_object_set_new(res, "exit_code", json_integer(DSEC_EXIT_INTERNAL));
+      json_object_set_new(res, "error", json_string("cannot record the result "
+                                                    "in the trajectory"));
+    }
+  }
+  dsec_exec_events(v->events_fd, v->id, j->req, res,
+                   otot - olen + etot - elen);
+  if (j->cl) {
+    struct vclient *cl = j->cl;
+    client_write(cl, res);
+    cl->job = NULL;
+  }
+  json_decref(res);
+  v->jobs[k] = v->jobs[--v->njobs];
+  v->last_activity_ms = dsec_now_ms();
+  {
+    struct vclient *cl = j->cl;
+    json_decref(j->req);
+    free(j);
+    if (cl)
+      client_next(v, cl);
+  }
+}
+
+static void agent_readable(struct vm *v)
+{
+  const char *p;
+  size_t pl, used;
+  json_t *m;
+  bool open = agent_read(v);
+
+  while ((m = agent_next(v, &p, &pl, &used))) {
+    if (strcmp(json_string_value(json_object_get(m, "op")) ?: "", "result") == 0)
+      job_done(v, m, p);
+    json_decref(m);
+    agent_consume(v, used);
+  }
+  if (!open)
+    epoll_ctl(v->epfd, EPOLL_CTL_DEL, v->agent, NULL);
+}
+
+/* ---- the end of a VM */
+
+/* QEMU's last diagnostic line (new), or NULL. */
+static char *qemu_said(struct vm *v)
+{
+  _cleanup_free_ char *path = xasprintf("%s/qemu.log", v->dir);
+  _cleanup_free_ char *text = dsec_read_file_at(AT_FDCWD, path, 1 << 16, NULL, NULL);
+  char *end, *line;
+  if (!text)
+    return NULL;
+  end = text + strlen(text);
+  while (end > text && (end[-1] == '\n' || end[-1] == ' '))
+    *--end = '\0';
+  line = strrchr(text, '\n');
+  line = line ? line + 1 : text;
+  return *line ? xstrdup(line) : NULL;
+}
+
+static char *console_cause(struct vm *v)
+{
+  _cleanup_free_ char *path = xasprintf("%s/console.log", v->dir);
+  size_t len = 0;
+  _cleanup_free_ char *text = dsec_read_file_at(AT_FDCWD, path, 1 << 20, &len, NULL);
+  char *p;
+  if (!text)
+    return NULL;
+  if ((p = strstr(text, "Kernel panic"))) {
+    p[strcspn(p, "\r\n")] = '\0';
+    return xasprintf("guest kernel panic: %s", p);
+  }
+  if ((p = strstr(text, "dsec-agent: fatal: "))) {
+    p[strcspn(p, "\r\n")] = '\0';
+    return xstrdup(p);
+  }
+  return NULL;
+}
+
+static _Noreturn void vm_end(struct vm *v, const char *state, const char *cause)
+{
+  _cleanup_free_ char *now = dsec_time_rfc3339();
+  if (v->qemu > 0) {
+    kill(v->qemu, SIGKILL);
+    while (waitpid(v->qemu, NULL, 0) < 0 && errno == EINTR)
+      ;
+  }
+  for (size_t i = 0; i < v->njobs; i++)
+    if (v->jobs[i]->cl)
+      reply_error(v->jobs[i]->cl, cause ? cause : state, DSEC_EXIT_INTERNAL);
+  json_object_set_new(v->state, "state", json_string(state));
+  json_object_set_new(v->state, "ended", json_string(now));
+  if (cause)
+    json_object_set_new(v->state, "cause", json_string(cause));
+  vm_write_state(v);
+  if (strcmp(state, "died") == 0 || strcmp(state, "expired") == 0)
+    vm_event(v, json_pack("{s:s, s:s}", "type", state, "cause",
+                          cause ? cause : state));
+  if (v->run_fd >= 0)
+    unlinkat(v->run_fd, "ctl.sock", 0);
+  fsync(v->events_fd);
+  _exit(0);
+}
+
+static void qemu_exited(struct vm *v)
+{
+  int st;
+  _cleanup_free_ char *cause = NULL;
+  if (v->qemu <= 0 || waitpid(v->qemu, &st, WNOHANG) != v->qemu)
+    return;
+  v->qemu = 0;
+  cause = console_cause(v);
+  if (!cause)
+    cause = WIFSIGNALED(st) ? xasprintf("QEMU was killed by signal %d", WTERMSIG(st))
+                            : xasprintf("the VM stopped (QEMU exited with %d)",
+                                        WEXITSTATUS(st));
+  vm_end(v, "died", cause);
+}
+
+/* ---- operations */
+
+
+/* suspend: the whole VM into vm.snap, then QEMU goes.  The writable disk
+ * stays beside it; resume boots nothing, it restores. */
+static json_t *vm_suspend(struct vm *v, bool *ended)
+{
+  struct dsec_error *err = NULL;
+  _cleanup_free_ char *snap = xasprintf("%s/vm.snap", v->dir);
+  double t0 = dsec_now_ms();
+  off_t size;
+
+  if (v->njobs > 0) {
+    dsec_fail(&err, EBUSY, "execs are running; suspend when they end");
+    return dsec_ctl_op_error(err);
+  }
+  if (qmp_simple(v, "stop", &err) < 0)
+    return dsec_ctl_op_error(err);
+  size = vm_save(v, snap, &err);
+  if (size < 0) {
+    qmp_simple(v, "cont", NULL);
+    return dsec_ctl_op_error(err);
+  }
+  json_object_set_new(v->state, "released", json_true());
+  json_object_set_new(v->state, "snapshot", json_string("vm.snap"));
+  vm_event(v, json_pack("{s:s, s:b, s:s, s:I}", "type", "suspended",
+                        "released", true, "snapshot", "vm.snap",
+                        "snapshot_bytes", (json_int_t) size));
+  *ended = true;
+  return json_pack("{s:s, s:s, s:b, s:s, s:I, s:f, s:O}", "type", "suspended",
+                   "id", v->id, "released", true, "snapshot", "vm.snap",
+                   "snapshot_bytes", (json_int_t) size, "duration_ms",
+                   round((dsec_now_ms() - t0) * 10) / 10, "after_seq",
+                   v->traj.last_seq ? v->traj.last_seq : json_null());
+}
+
+/* fork: memory and disk copied while the VM is paused, then it goes on.
+ * Answers where the copies are; the forks take them. */
+static json_t *vm_snapshot(struct vm *v)
+{
+  struct dsec_error *err = NULL;
+  _cleanup_free_ char *tag = dsec_sandbox_new_id();
+  _cleanup_free_ char *snap = xasprintf("%s/fork-%s.snap", v->dir, tag + 3);
+  _cleanup_free_ char *disk = xasprintf("%s/fork-%s.disk", v->dir, tag + 3);
+  _cleanup_free_ char *mine = xasprintf("%s/disk.img", v->dir);
+  double t0 = dsec_now_ms();
+
+  if (v->njobs > 0) {
+    dsec_fail(&err, EBUSY, "execs are running; fork when they end");
+    return dsec_ctl_op_error(err);
+  }
+  /* stop drains and flushes the disks: the copy matches the memory */
+  if (qmp_simple(v, "stop", &err) < 0)
+    return dsec_ctl_op_error(err);
+  if (copy_sparse(mine, disk, &err) < 0 || vm_save(v, snap, &err) < 0) {
+    unlink(disk);
+    qmp_simple(v, "cont", NULL);
+    return dsec_ctl_op_error(err);
+  }
+  if (qmp_simple(v, "cont", &err) < 0) {
+    unlink(disk);
+    unlink(snap);
+    return dsec_ctl_op_error(err);
+  }
+  return json_pack("{s:s, s:s, s:s, s:s, s:f, s:O}", "type", "snapshot", "id",
+                   v->id, "snapshot", snap, "disk", disk, "duration_ms",
+                   round((dsec_now_ms() - t0) * 10) / 10, "after_seq",
+                   v->traj.last_seq ? v->traj.last_seq : json_null());
+}
+
+/* Asks the agent to freeze or thaw the writable disk's file system and
+ * waits for its answer. */
+static int agent_freeze(struct vm *v, bool freeze, struct dsec_error **err)
+{
+  json_t *m;
+  const char *why;
+  if (agent_send(v, json_pack("{s:s, s:i}", "op", freeze ? "freeze" : "thaw",
+                              "id", 0), NULL, 0) < 0)
+    return dsec_fail(err, errno, "cannot reach the guest agent");
+  m = agent_wait(v, freeze ? "frozen" : "thawed", 60000, err);
+  if (!m)
+    return -1;
+  why = json_string_value(json_object_get(m, "error"));
+  if (why)
+    dsec_fail(err, 0, "the guest cannot %s its disk: %s",
+              freeze ? "freeze" : "thaw", why);
+  json_decref(m);
+  return why ? -1 : 0;
+}
+
+/* checkpoint: the writable layer (the upper directory on the VM's disk)
+ * as a layer in the store.  The guest freezes that file system (its
+ * journal flushed, clean on disk), the host reads the image through a
+ * read-only loop device in our own mount namespace, dsec-layer takes the
+ * upper directory, and the guest thaws. */
+static json_t *vm_checkpoint(struct vm *v, const char *name)
+{
+  struct dsec_error *err = NULL;
+  _cleanup_free_ char *mnt = xasprintf("%s/checkpoint", v->run);
+  _cleanup_free_ char *upper = xasprintf("%s/upper", mnt);
+  _cleanup_free_ char *disk = xasprintf("%s/disk.img", v->dir);
+  _cleanup_free_ char *prog = dsec_sibling_program("dsec-layer");
+  _cleanup_free_ char *out = NULL;
+  _cleanup_free_ char *dev = NULL;
+  _cleanup_close_ int fd = -1;
+  _cleanup_close_ int loop = -1;
+  _cleanup_json_ json_t *layer = NULL;
+  char *argv[] = { prog, "create", "--dir", upper, "--overlay-upper",
+                   "--keep-setuid", NULL, NULL, NULL };
+  bool mounted = false;
+  int ret = -1;
+
+  if (v->njobs > 0) {
+    dsec_fail(&err, EBUSY, "execs are running; checkpoint when they end");
+    return dsec_ctl_op_error(err);
+  }
+  if (name) {
+    argv[6] = "--name";
+    argv[7] = (char *) name;
+  }
+  if (agent_freeze(v, true, &err) < 0)
+    return dsec_ctl_op_error(err);
+  fd = open(disk, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) {
+    dsec_fail(&err, errno, "cannot open %s", disk);
+    goto thaw;
+  }
+  dev = dsec_loop_attach(fd, &loop, &err);
+  if (!dev)
+    goto thaw;
+  mkdir(mnt, 0700);
+  if (mount(dev, mnt, "ext4", MS_RDONLY | MS_NODEV | MS_NOSUID | MS_NOEXEC,
+            "noload") < 0) {
+    dsec_fail(&err, errno, "cannot mount the VM's disk");
+    goto thaw;
+  }
+  mounted = true;
+  ret = dsec_run_program(argv, NULL, &out, &err);
+thaw:
+  if (mounted)
+    umount2(mnt, MNT_DETACH);
+  rmdir(mnt);
+  if (agent_freeze(v, false, ret < 0 ? NULL : &err) < 0)
+    ret = -1;
+  if (ret < 0)
+    return dsec_ctl_op_error(err);
+  layer = json_loads(out, 0, NULL);
+  if (!json_is_string(json_object_get(layer, "digest"))) {
+    dsec_fail(&err, 0, "dsec-layer answered no layer record");
+    return dsec_ctl_op_error(err);
+  }
+  if (dsec_traj_checkpoint(&v->traj,
+                           json_string_value(json_object_get(layer, "digest")),
+                           true, &err) < 0)
+    return dsec_ctl_op_error(err);
+  vm_event(v, json_pack("{s:s, s:O, s:O}", "type", "checkpoint", "layer",
+                        json_object_get(layer, "digest"), "after_seq",
+                        v->traj.last_seq ? v->traj.last_seq : json_null()));
+  json_object_set(v->state, "checkpoint", json_object_get(layer, "digest"));
+  vm_write_state(v);
+  return json_pack("{s:s, s:s, s:O, s:O, s:b}", "type", "checkpoint", "id",
+                   v->id, "layer", layer, "after_seq",
+                   v->traj.last_seq ? v->traj.last_seq : json_null(),
+                   "consistent", true);
+}
+
+static void client_next(struct vm *v, struct vclient *cl)
+{
+  while (!cl->job) {
+    json_t *req;
+    const char *op;
+    bool ended = false;
+
+    if (dsec_ctl_next(&cl->c, &req) == 0) {
+      if (cl->c.eof)
+        client_close(v, cl);
+      return;
+    }
+    op = json_string_value(json_object_get(req, "op"));
+    if (!op || strcmp(op, "exec") == 0) {
+      job_start(v, cl, req);
+    } else if (strcmp(op, "kill") == 0) {
+      json_int_t sig = json_integer_value(json_object_get(req, "signal"));
+      json_t *r;
+      sig = sig > 0 && sig < NSIG ? sig : SIGKILL;
+      agent_send(v, json_pack("{s:s, s:I}", "op", "kill", "signal", sig), NULL, 0);
+      r = json_pack("{s:s, s:s, s:I}", "type", "killed", "id", v->id, "signal", sig);
+      client_write(cl, r);
+      json_decref(r);
+    } else if (strcmp(op, "status") == 0) {
+      json_t *st = json_copy(v->state);
+      json_object_set_new(st, "execs_running", json_integer((json_int_t) v->njobs));
+      client_write(cl, st);
+      json_decref(st);
+    } else if (strcmp(op, "suspend") == 0) {
+      json_t *r = vm_suspend(v, &ended);
+      client_write(cl, r);
+      json_decref(r);
+    } else if (strcmp(op, "snapshot") == 0) {
+      json_t *r = vm_snapshot(v);
+      client_write(cl, r);
+      json_decref(r);
+    } else if (strcmp(op, "checkpoint") == 0) {
+      json_t *r = vm_checkpoint(v, json_string_value(json_object_get(req, "name")));
+      client_write(cl, r);
+      json_decref(r);
+    } else if (strcmp(op, "resume") == 0) {
+      json_t *r = json_pack("{s:s, s:s, s:s}", "type", "resumed", "id", v->id,
+                            "state", "running");
+      client_write(cl, r);
+      json_decref(r);
+    } else if (strcmp(op, "shutdown") == 0) {
+      json_t *m = json_pack("{s:s, s:s}", "type", "stopping", "id", v->id);
+      client_write(cl, m);
+      json_decref(m);
+      json_decref(req);
+      vm_end(v, "stopped", "removed");
+    } else {
+      reply_error(cl, "unknown op", DSEC_EXIT_INPUT);
+    }
+    json_decref(req);
+    if (ended)
+      vm_end(v, "suspended", "released");
+  }
+}
+
+static void client_readable(struct vm *v, struct vclient *cl)
+{
+  if (dsec_ctl_read(&cl->c) < 0) {
+    client_close(v, cl);
+    return;
+  }
+  if (cl->c.eof)
+    epoll_ctl(v->epfd, EPOLL_CTL_DEL, cl->c.fd, NULL);
+  client_next(v, cl);
+}
+
+static void accept_clients(struct vm *v)
+{
+  int fd;
+  while ((fd = dsec_ctl_accept(v->lsock)) >= 0) {
+    struct vclient *cl = xzalloc(sizeof *cl);
+    struct epoll_event ev = { .events = EPOLLIN, .data.ptr = cl };
+    cl->c.fd = fd;
+    epoll_ctl(v->epfd, EPOLL_CTL_ADD, fd, &ev);
+    v->clients = xrealloc(v->clients, sizeof *v->clients * (v->nclients + 1));
+    v->clients[v->nclients++] = cl;
+  }
+}
+
+static void vm_loop(struct vm *v)
+{
+  for (;;) {
+    struct epoll_event evs[32];
+    int timeout = -1, n;
+    double now = dsec_now_ms();
+
+    if (v->ttl_s > 0) {
+      double left = v->start_ms + (double) v->ttl_s * 1000 - now;
+      if (left <= 0)
+        vm_end(v, "expired", "ttl");
+      timeout = (int) left + 1;
+    }
+    if (v->idle_s > 0 && v->njobs == 0) {
+      double left = v->last_activity_ms + (double) v->idle_s * 1000 - now;
+      if (left <= 0)
+        vm_end(v, "expired", "idle");
+      if (timeout < 0 || left < timeout)
+        timeout = (int) left + 1;
+    }
+    n = epoll_wait(v->epfd, evs, 32, timeout);
+    for (int i = 0; i < n; i++) {
+      void *p = evs[i].data.ptr;
+      if (p == &v->lsock) {
+        accept_clients(v);
+      } else if (p == &v->sfd) {
+        struct signalfd_siginfo si;
+        while (read(v->sfd, &si, sizeof si) > 0)
+          if (si.ssi_signo != SIGCHLD)
+            vm_end(v, "stopped", "signal");
+        qemu_exited(v);
+      } else if (p == &v->agent) {
+        agent_readable(v);
+      } else {
+        /* a client: it may be gone (closed earlier in this batch) */
+        for (size_t k = 0; k < v->nclients; k++)
+          if (v->clients[k] == p) {
+            client_readable(v, p);
+            break;
+          }
+      }
+    }
+  }
+}
+
+
+_Noreturn void dsec_vm_supervisor_main(struct dsec_container_opts *o)
+{
+  struct vm vv = { 0 }, *v = &vv;
+  struct dsec_error *err = NULL;
+  struct dsec_store *store = NULL;
+  struct dsec_vm_boot boot = { 0 };
+  _cleanup_free_ char *now = dsec_time_rfc3339();
+  int agent[2] = { -1, -1 }, mon[2] = { -1, -1 };
+  _cleanup_close_ int snap = -1;
+  sigset_t mask;
+  json_t *args, *ready, *x;
+
+  v->id = o->id;
+  v->spec = o->spec;
+  v->backend = json_string_value(json_object_get(o->spec, "backend"));
+  v->dir = dsec_sandbox_dir(o->id);
+  v->run = dsec_sandbox_run_dir(o->id);
+  v->epfd = v->sfd = v->lsock = v->agent = v->qmp = v->events_fd = -1;
+  v->console_fd = v->run_fd = -1;
+  v->traj.fd = -1;
+  v->accel = dsec_vm_accelerator();
+  v->workdir = json_string_value(json_object_get(o->spec, "workdir"));
+  dsec_parse_user(json_string_value(json_object_get(o->spec, "user")), &v->uid,
+                  &v->gid);
+  v->ttl_s = json_integer_value(json_object_get(o->spec, "ttl_s"));
+  v->idle_s = json_integer_value(json_object_get(o->spec, "idle_timeout_s"));
+  v->start_ms = v->last_activity_ms = dsec_now_ms();
+  v->base_env = dsec_exec_base_env(o->spec, o->environment, v->uid);
+
+  dsec_supervisor_begin(v->dir, &mask);
+  if (geteuid() != 0) {
+    dsec_fail(&err, EPERM, "dsec-vm needs root (QEMU's containment)");
+    goto fail;
+  }
+  /* mounts of our own (a checkpoint reads the VM's disk), gone with us */
+  if (unshare(CLONE_NEWNS) < 0 ||
+      mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) < 0) {
+    dsec_fail(&err, errno, "cannot create a mount namespace");
+    goto fail;
+  }
+  if (dsec_mkdir_p(AT_FDCWD, v->run, 0711, &err) < 0)
+    goto fail;
+  {
+    _cleanup_free_ char *tp = xasprintf("%s/trajectory.jsonl", v->dir);
+    _cleanup_free_ char *ep = xasprintf("%s/events.jsonl", v->dir);
+    _cleanup_free_ char *cp = xasprintf("%s/console.log", v->dir);
+    v->traj.fd = open(tp, O_RDWR | O_APPEND | O_CREAT | O_CLOEXEC, 0644);
+    v->events_fd = open(ep, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0644);
+    v->console_fd = open(cp, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0644);
+    if (v->traj.fd < 0 || v->events_fd < 0 || v->console_fd < 0) {
+      dsec_fail(&err, errno, "cannot open the sandbox's files");
+      goto fail;
+    }
+    dsec_traj_load(&v->traj);
+  }
+
+  /* 1. what the VM boots from */
+  if (dsec_store_open(&store, &err) < 0)
+    goto fail;
+  {
+    /* beside us in a build tree, else where make install put it */
+    _cleanup_free_ char *agent_path = dsec_sibling_program("dsec-agent");
+    if (!strchr(agent_path, '/')) {
+      free(agent_path);
+      agent_path = xstrdup(PKGLIBEXECDIR "/dsec-agent");
+    }
+    if (dsec_vm_boot_prepare(store, agent_path, &boot, &err) < 0)
+      goto fail;
+  }
+  if (prepare_disk(v, o->disk_from, &err) < 0)
+    goto fail;
+  if (o->restore) {
+    snap = open(o->restore, O_RDONLY | O_CLOEXEC);
+    if (snap < 0) {
+      dsec_fail(&err, errno, "cannot open the snapshot %s", o->restore);
+      goto fail;
+    }
+  }
+
+  /* 2. QEMU */
+  if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, agent) < 0 ||
+      socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, mon) < 0) {
+    dsec_fail(&err, errno, "cannot create QEMU's channels");
+    goto fail;
+  }
+  args = qemu_argv(v, &boot, o->layers, o->n_layers, o->restore != NULL);
+  v->qemu = fork();
+  if (v->qemu < 0) {
+    dsec_fail(&err, errno, "fork");
+    goto fail;
+  }
+  if (v->qemu == 0) {
+    int fds[4] = { agent[1], mon[1], v->console_fd, snap };
+    _cleanup_free_ char *qlog = xasprintf("%s/qemu.log", v->dir);
+    qemu_child(args, fds, open(qlog, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC,
+                               0644));
+  }
+  json_decref(args);
+  close(agent[1]);
+  close(mon[1]);
+  v->agent = agent[0];
+  v->qmp = mon[0];
+  fcntl(v->agent, F_SETFL, O_NONBLOCK);
+
+  /* 3. the monitor, then the agent */
+  {
+    json_t *greeting = qmp_read(v, BOOT_TIMEOUT_MS);
+    if (!greeting) {
+      _cleanup_free_ char *why = qemu_said(v);
+      dsec_fail(&err, 0, "QEMU did not start%s%s", why ? ": " : "",
+                why ? why : "");
+      goto fail;
+    }
+    json_decref(greeting);
+    if (qmp_simple(v, "qmp_capabilities", &err) < 0)
+      goto fail;
+  }
+  if (o->restore) {
+    /* the incoming migration ends paused (the VM was paused when saved) */
+    double end = dsec_now_ms() + BOOT_TIMEOUT_MS;
+    for (;;) {
+      json_t *r = qmp(v, json_pack("{s:s}", "execute", "query-status"), -1, &err);
+      const char *st = r ? json_string_value(json_object_get(r, "status")) : NULL;
+      bool incoming = st && strcmp(st, "inmigrate") == 0;
+      bool running = st && strcmp(st, "running") == 0;
+      json_decref(r);
+      if (!st)
+        goto fail;
+      if (running)
+        break;
+      if (!incoming) {
+        if (qmp_simple(v, "cont", &err) < 0)
+          goto fail;
+        break;
+      }
+      if (dsec_now_ms() > end) {
+        dsec_fail(&err, ETIMEDOUT, "the snapshot was not restored in time");
+        goto fail;
+      }
+      usleep(10000);
+    }
+    agent_send(v, json_pack("{s:s, s:i}", "op", "ping", "id", 0), NULL, 0);
+    ready = agent_wait(v, "pong", BOOT_TIMEOUT_MS, &err);
+  } else {
+    json_t *setup = json_pack("{s:s, s:I, s:O, s:O, s:s}", "op", "setup",
+                              "layers", (json_int_t) o->n_layers, "protect",
+                              json_object_get(o->spec, "protect") ?: json_array(),
+                              "hide", json_object_get(o->spec, "hide") ?: json_array(),
+                              "workdir", v->workdir ? v->workdir : "/");
+    agent_send(v, setup, NULL, 0);
+    ready = agent_wait(v, "ready", BOOT_TIMEOUT_MS, &err);
+  }
+  if (!ready) {
+    _cleanup_free_ char *cause = console_cause(v);
+    if (cause)
+      dsec_error_wrap(&err, "%s", cause);
+    goto fail;
+  }
+
+  /* 4. serve */
+  v->run_fd = open(v->run, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  v->lsock = v->run_fd < 0 ? dsec_fail(&err, errno, "cannot open %s", v->run)
+                           : dsec_ctl_listen(v->run_fd, v->run, &err);
+  if (v->lsock < 0)
+    goto fail;
+  v->epfd = epoll_create1(EPOLL_CLOEXEC);
+  v->sfd = signalfd(-1, &mask, SFD_CLOEXEC | SFD_NONBLOCK);
+  {
+    struct epoll_event e1 = { .events = EPOLLIN, .data.ptr = &v->lsock };
+    struct epoll_event e2 = { .events = EPOLLIN, .data.ptr = &v->sfd };
+    struct epoll_event e3 = { .events = EPOLLIN, .data.ptr = &v->agent };
+    if (v->epfd < 0 || v->sfd < 0 ||
+        epoll_ctl(v->epfd, EPOLL_CTL_ADD, v->lsock, &e1) < 0 ||
+        epoll_ctl(v->epfd, EPOLL_CTL_ADD, v->sfd, &e2) < 0 ||
+        epoll_ctl(v->epfd, EPOLL_CTL_ADD, v->agent, &e3) < 0) {
+      dsec_fail(&err, errno, "cannot set up the event loop");
+      goto fail;
+    }
+  }
+  {
+    _cleanup_json_ json_t *old = dsec_sandbox_state_read(o->id, NULL);
+    const char *c = json_string_value(json_object_get(old, "created"));
+    _cleanup_free_ char *sock = xasprintf("%s/ctl.sock", v->run);
+    _cleanup_free_ char *bootid = dsec_boot_id();
+    v->state = json_pack("{s:s, s:s, s:s, s:s, s:i, s:I, s:s, s:s, s:s, s:s, "
+                         "s:i}",
+                         "type", "sandbox", "id", o->id, "state", "running",
+                         "backend", v->backend, "supervisor_pid", (int) getpid(),
+                         "supervisor_start",
+                         (json_int_t) dsec_process_starttime(getpid()),
+                         "created", c && *c ? c : now, "socket", sock,
+                         "accelerator", v->accel, "kernel",
+                         json_string_value(json_object_get(ready, "kernel")) ?: "",
+                         "qemu_pid", (int) v->qemu);
+    if (bootid)
+      json_object_set_new(v->state, "boot_id", json_string(bootid));
+    if ((x = json_object_get(o->spec, "name")))
+      json_object_set(v->state, "name", x);
+  }
+  json_decref(ready);
+  vm_write_state(v);
+  if (o->restore)
+    vm_event(v, json_pack("{s:s, s:s, s:s}", "type", "resumed", "from",
+                          "snapshot", "accelerator", v->accel));
+  else
+    vm_event(v, json_pack("{s:s, s:s, s:s, s:O}", "type", "created", "backend",
+                          v->backend, "accelerator", v->accel, "labels",
+                          json_object_get(o->spec, "labels")));
+  dsec_supervisor_report(o->ready_fd, json_pack("{s:b}", "ok", true));
+  close(o->ready_fd);
+  o->ready_fd = -1;
+  dsec_vm_boot_free(&boot);
+  dsec_store_free(store);
+  vm_loop(v);
+fail:
+  if (v->qemu > 0 && waitpid(v->qemu, NULL, WNOHANG) == v->qemu) {
+    _cleanup_free_ char *why = qemu_said(v);
+    v->qemu = 0;
+    if (why && err)
+      dsec_error_wrap(&err, "QEMU exited (%s)", why);
+  }
+  dsec_supervisor_report(o->ready_fd, json_pack("{s:b, s:s, s:i, s:i}", "ok", false, "error",
+                                err ? err->msg : "unknown error", "status",
+                                err ? err->status : 1, "errno",
+                                err ? err->errnum : 0));
+  if (v->qemu > 0) {
+    kill(v->qemu, SIGKILL);
+    waitpid(v->qemu, NULL, 0);
+  }
+  _exit(1);
+}

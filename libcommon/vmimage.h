@@ -1,0 +1,50 @@
+/* Guest boot artefacts for dsec-vm: the kernel QEMU loads with -kernel
+ * and the initramfs it loads with -initrd.
+ *
+ *   <store>/vm/<hex>/      one entry per set of inputs (key sha256:<hex>)
+ *     vmlinux              the uncompressed kernel (ELF, PVH entry point)
+ *     initramfs.cpio       newc, uncompressed: /init (the agent), the
+ *                          guest's modules and /lib/modules/order
+ *     boot.json            {"release", "source", "modules": [...], ...}
+ *   <store>/vm/index.json  input file stamps -> key, so a warm call
+ *                          hashes nothing
+ *
+ * The key hashes the content of every input (kernel, agent, modules), so
+ * an entry never changes once in place; it is built under the store lock
+ * "vm-<hex>" in "<hex>.tmp-*" and renamed into place complete. */
+#ifndef DSEC_VMIMAGE_H
+#define DSEC_VMIMAGE_H
+
+#include "error.h"
+#include "store.h"
+
+struct dsec_vm_boot {
+  char *kernel;    /* uncompressed ELF vmlinux, cached in the store */
+  char *initramfs; /* uncompressed cpio (newc), cached in the store */
+  char *release;   /* kernel release, e.g. "6.1.0-57-amd64" */
+  char *source;    /* the kernel file it came from */
+};
+
+/* Finds the guest kernel, and builds (once per store, cached) the
+ * uncompressed vmlinux and an initramfs holding agent (as /init) and the
+ * modules the guest needs.  Concurrent callers wait for one builder.
+ *
+ * The kernel is $DSEC_VM_KERNEL (a bzImage or an ELF vmlinux; for an ELF
+ * the release is $DSEC_VM_RELEASE or the part of its name after
+ * "vmlinux-"), with modules in $DSEC_VM_MODULES (default
+ * /lib/modules/<release>); otherwise the newest /boot/vmlinuz-* that has
+ * /lib/modules/<release>/modules.dep.  A DSEC_VM_* setting that is wrong
+ * is bad input; no kernel at all, a module the guest needs that is
+ * missing, or an agent that is not a static x86-64 executable is a
+ * failure.
+ *
+ * agent must be a statically linked executable: the initramfs holds
+ * nothing else.  On success every field of *out is a new string (free
+ * them with dsec_vm_boot_free()); on failure *out is untouched. */
+int dsec_vm_boot_prepare(struct dsec_store *s, const char *agent_path,
+                         struct dsec_vm_boot *out, struct dsec_error **err);
+
+/* Frees the strings of *b (not b itself) and clears them. */
+void dsec_vm_boot_free(struct dsec_vm_boot *b);
+
+#endif

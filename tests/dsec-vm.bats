@@ -1,0 +1,317 @@
+#!/usr/bin/env bats
+# dsec-vm: the microvm and vm backends on QEMU, end to end with busybox and
+# the host's Debian kernel.  Slow-tolerant: under TCG a boot takes a few
+# seconds, so each test boots at most what it needs and waits generously;
+# nothing depends on timing.  Every test gets its own DSEC_ROOT; the store
+# (layers and the cached kernel and initramfs) is shared by the file.
+# Teardown removes every sandbox and checks that no QEMU, supervisor or
+# cgroup of them is left.
+
+bats_require_minimum_version 1.5.0
+
+load helpers/common
+load helpers/fn-assert
+load helpers/run
+
+setup_file() {
+  busybox_tar >/dev/null
+  run_file_setup
+}
+
+teardown_file() {
+  sb_file_teardown
+}
+
+setup() {
+  common_setup
+  require_root
+  PATH="$BATS_FILE_TMPDIR/bin:$PATH"
+  export DSEC_STORE="$BATS_FILE_TMPDIR/store"
+  run_setup
+}
+
+teardown() {
+  sb_teardown
+}
+
+# --- helpers of this file ---------------------------------------------------
+
+# require_vm: QEMU and a guest kernel, or a skip with the reason; in CI
+# (CI=true) their absence is a failure, never a skip.
+require_vm() {
+  local why=
+  command -v qemu-system-x86_64 >/dev/null || why="qemu-system-x86 is not installed"
+  compgen -G "/boot/vmlinuz-*" >/dev/null || why="no guest kernel (linux-image-amd64)"
+  [ -z "$why" ] && return 0
+  if [ "${CI-}" = true ]; then
+    echo "$why" >&2
+    return 1
+  fi
+  skip "$why"
+}
+
+# vm_create [CREATE OPTION]...: a busybox VM (microvm unless told), its id.
+vm_create() {
+  local rec
+  rec=$(dsec-vm create --image busybox:1 "$@") || return
+  jq -r '.id' <<<"$rec" | tee -a "$SB_IDS"
+}
+
+# vm_out ID CMD...: the command's stdout in VM ID (fails unless it exits 0).
+vm_out() {
+  local id=$1 res
+  shift
+  res=$(dsec-vm exec "$id" -- "$@") || { echo "$res" >&2; return 1; }
+  jq -r '.stdout' <<<"$res"
+}
+
+# qemu_pids: this test's QEMU processes (their environment names its root).
+qemu_pids() {
+  local p
+  for p in /proc/[0-9]*; do
+    [ "$(cat "$p/comm" 2>/dev/null)" = qemu-system-x86 ] || continue
+    if { tr '\0' '\n' <"$p/environ"; } 2>/dev/null | grep -qx "DSEC_ROOT=$DSEC_ROOT"; then
+      echo "${p#/proc/}"
+    fi
+  done
+}
+
+# --- the command line --------------------------------------------------------
+
+@test "dsec-vm --help, --version and a usage error" {
+  run -0 dsec-vm --help
+  [[ $output == *"Usage: dsec-vm"* ]]
+  [[ $output == *microvm* ]]
+  run -0 dsec-vm --version
+  [[ $output == "dsec-vm "* ]]
+  run -2 dsec-vm create --no-such-option
+}
+
+@test "each program serves its own backends (3)" {
+  run -3 --separate-stderr dsec-vm create --image busybox:1 --backend container
+  [[ $stderr == *"served by dsec-run"* ]]
+  run -3 --separate-stderr dsec-run create --image busybox:1 --backend microvm
+  [[ $stderr == *"served by dsec-vm"* ]]
+  run -3 --separate-stderr dsec-vm create --image busybox:1 --mount /tmp:/x
+  [[ $stderr == *mounts* ]]
+  run -3 --separate-stderr dsec-vm create --image busybox:1 --backend nope
+  [ -z "$(ls "$DSEC_ROOT/sandboxes" 2>/dev/null)" ]
+}
+
+# --- a VM's life ---------------------------------------------------------------
+
+@test "create: a microvm runs the guest kernel; record, inspect and results say the accelerator" {
+  require_vm
+  local id rec res kernel
+  rec=$(dsec-vm create --image busybox:1)
+  id=$(jq -r .id <<<"$rec")
+  echo "$id" >>"$SB_IDS"
+  jq -e '.type == "sandbox" and .state == "running" and .backend == "microvm"' <<<"$rec"
+  jq -e '.accelerator == "tcg" or .accelerator == "kvm"' <<<"$rec"
+  kernel=$(jq -r .kernel <<<"$rec")
+  [ -d "/lib/modules/$kernel" ]
+  res=$(dsec-vm exec "$id" -- uname -r)
+  jq -e --arg k "$kernel" '.stdout == "\($k)\n" and .exit_code == 0' <<<"$res"
+  jq -e --arg a "$(jq -r .accelerator <<<"$rec")" '.accelerator == $a' <<<"$res"
+  # the guest has a kernel of its own: another boot id than the host's
+  [ "$(vm_out "$id" cat /proc/sys/kernel/random/boot_id)" != "$(cat /proc/sys/kernel/random/boot_id)" ]
+  dsec-vm inspect "$id" | jq -e '.accelerator and .kernel and .backend == "microvm"'
+  dsec-vm events "$id" | jq -se 'map(select(.type == "created"))[0] | .backend == "microvm" and .accelerator'
+}
+
+@test "exec: files persist across execs; stdin, env, workdir and exit codes pass through" {
+  require_vm
+  local id res
+  id=$(vm_create --env FOO=bar --workdir /work)
+  dsec-vm exec "$id" -- sh -c 'echo kept > /data.txt'
+  [ "$(vm_out "$id" cat /data.txt)" = kept ]
+  [ "$(vm_out "$id" pwd)" = /work ]
+  [ "$(vm_out "$id" sh -c 'echo $FOO')" = bar ]
+  printf 'from stdin' >"$BATS_TEST_TMPDIR/in"
+  res=$(dsec-vm exec --stdin "$BATS_TEST_TMPDIR/in" "$id" -- cat)
+  jq -e '.stdout == "from stdin"' <<<"$res"
+  run -7 dsec-vm exec "$id" -- sh -c 'exit 7'
+  run -127 dsec-vm exec "$id" -- no-such-command
+  jq -e '.exit_code == 127' <<<"$output"
+  run -137 dsec-vm exec "$id" -- sh -c 'kill -9 $$'
+  jq -e '.signal == 9' <<<"$output"
+}
+
+@test "exec: a timeout kills the command (124) and an output cap truncates; both are events" {
+  require_vm
+  local id
+  id=$(vm_create)
+  run -124 dsec-vm exec --timeout 1 "$id" -- sleep 30
+  jq -e '.timed_out == true and .exit_code == 124' <<<"$output"
+  run -0 dsec-vm exec --max-output 100 "$id" -- sh -c 'head -c 5000 /dev/zero | tr "\0" a'
+  jq -e '.truncated == true and (.stdout | length) == 100 and .stdout_bytes == 5000' <<<"$output"
+  dsec-vm events "$id" | jq -se 'any(.type == "limit" and .limit == "timeout")'
+  dsec-vm events "$id" | jq -se 'any(.type == "limit" and .limit == "output" and .dropped_bytes == 4900)'
+  # the VM is still fine
+  [ "$(vm_out "$id" echo ok)" = ok ]
+}
+
+@test "trajectory: a recorded seq is replayed, not re-run; a different command at it is refused (4)" {
+  require_vm
+  local id res
+  id=$(vm_create)
+  res=$(dsec-vm exec --seq 0 "$id" -- sh -c 'echo x >> /count; wc -l < /count')
+  jq -e '.stdout == "1\n" and .replayed == false and .seq == 0' <<<"$res"
+  res=$(dsec-vm exec --seq 0 "$id" -- sh -c 'echo x >> /count; wc -l < /count')
+  jq -e '.stdout == "1\n" and .replayed == true' <<<"$res"
+  [ "$(vm_out "$id" wc -l /count)" = "1 /count" ]
+  run -4 dsec-vm exec --seq 0 "$id" -- echo other
+  dsec-vm trajectory "$id" | jq -se 'map(select(.type == "exec" and .seq == 0)) | length == 1'
+}
+
+@test "suspend and resume: the whole VM to a file and back, a background process keeps counting" {
+  require_vm
+  local id res before after
+  id=$(vm_create)
+  dsec-vm exec "$id" -- sh -c 'setsid sh -c "i=0; while :; do i=\$((i+1)); echo \$i > /counter; sleep 0.1; done" >/dev/null 2>&1 &'
+  for _ in $(seq 100); do
+    [ "$(vm_out "$id" cat /counter 2>/dev/null)" -ge 3 ] 2>/dev/null && break
+    sleep 0.2
+  done
+  res=$(dsec-vm suspend "$id")
+  jq -e '.type == "suspended" and .released == true and .snapshot_bytes > 0' <<<"$res"
+  [ "$(sb_state "$id")" = suspended ]
+  [ -z "$(qemu_pids)" ]
+  [ -s "$DSEC_ROOT/sandboxes/$id/vm.snap" ]
+  run -125 dsec-vm exec "$id" -- true
+  res=$(dsec-vm resume "$id")
+  jq -e '.type == "resumed" and .from == "snapshot" and .state == "running"' <<<"$res"
+  [ ! -e "$DSEC_ROOT/sandboxes/$id/vm.snap" ]
+  before=$(vm_out "$id" cat /counter)
+  for _ in $(seq 100); do
+    after=$(vm_out "$id" cat /counter)
+    [ "$after" -gt "$before" ] && break
+    sleep 0.2
+  done
+  [ "$after" -gt "$before" ]
+  dsec-vm events "$id" | jq -se 'any(.type == "suspended") and any(.type == "resumed" and .from == "snapshot")'
+}
+
+@test "fork --count 2: two VMs from one memory snapshot, each with its own disk; the parent goes on" {
+  require_vm
+  local id forks a b
+  id=$(vm_create)
+  dsec-vm exec "$id" -- sh -c 'echo parent > /who'
+  forks=$(dsec-vm fork --count 2 "$id")
+  [ "$(jq -s length <<<"$forks")" -eq 2 ]
+  jq -r .id <<<"$forks" >>"$SB_IDS"
+  jq -se --arg p "$id" 'all(.parent == $p and .state == "running")' <<<"$forks"
+  a=$(jq -sr '.[0].id' <<<"$forks")
+  b=$(jq -sr '.[1].id' <<<"$forks")
+  [ "$(vm_out "$a" cat /who)" = parent ]
+  [ "$(vm_out "$b" cat /who)" = parent ]
+  dsec-vm exec "$a" -- sh -c 'echo a > /who'
+  dsec-vm exec "$b" -- sh -c 'echo b > /who'
+  [ "$(vm_out "$a" cat /who)" = a ]
+  [ "$(vm_out "$b" cat /who)" = b ]
+  [ "$(vm_out "$id" cat /who)" = parent ]
+  # the snapshot and disk copy the forks came from are gone
+  [ -z "$(ls "$DSEC_ROOT/sandboxes/$id" | grep '^fork-')" ]
+}
+
+@test "rm leaves no QEMU process, no file and no mount" {
+  require_vm
+  local id q
+  id=$(vm_create)
+  q=$(qemu_pids)
+  [ -n "$q" ]
+  run -0 dsec-vm rm "$id"
+  sb_dead "$q"
+  [ -z "$(qemu_pids)" ]
+  [ ! -e "$DSEC_ROOT/sandboxes/$id" ]
+  [ ! -e "$DSEC_RUN/$id" ]
+  ! grep -q "$DSEC_ROOT" /proc/mounts
+}
+
+@test "a guest that panics is reported died, with the panic as its cause" {
+  require_vm
+  local id
+  id=$(vm_create)
+  run -125 dsec-vm exec --timeout 60 "$id" -- sh -c 'echo c > /proc/sysrq-trigger'
+  sb_wait_state "$id" died 300
+  dsec-vm inspect "$id" | jq -e '.cause | test("panic")'
+  dsec-vm events "$id" | jq -se 'any(.type == "died" and (.cause | test("panic")))'
+  [ -z "$(qemu_pids)" ]
+}
+
+@test "kill: signals every process of the guest, the VM stays" {
+  require_vm
+  local id
+  id=$(vm_create)
+  dsec-vm exec "$id" -- sh -c 'setsid sleep 1000 >/dev/null 2>&1 &'
+  [ "$(vm_out "$id" sh -c 'pidof sleep | wc -w')" = 1 ]
+  run -0 dsec-vm kill "$id" KILL
+  for _ in $(seq 50); do
+    [ "$(vm_out "$id" sh -c 'pidof sleep | wc -w')" = 0 ] && break
+    sleep 0.1
+  done
+  [ "$(vm_out "$id" sh -c 'pidof sleep | wc -w')" = 0 ]
+}
+
+@test "protect and hide hold in the guest: the guest's root cannot write or unmount them" {
+  require_vm
+  local id
+  dsec-layer create --dir "$(mkdir -p "$BATS_TEST_TMPDIR/l/grader" "$BATS_TEST_TMPDIR/l/answers" &&
+    echo 'assert 1' >"$BATS_TEST_TMPDIR/l/grader/test.py" &&
+    echo 42 >"$BATS_TEST_TMPDIR/l/answers/a.txt" && echo "$BATS_TEST_TMPDIR/l")" --name task@1 >/dev/null
+  id=$(vm_create --layer task@1 --protect /grader --hide /answers)
+  [ "$(vm_out "$id" cat /grader/test.py)" = "assert 1" ]
+  run -1 dsec-vm exec "$id" -- sh -c 'echo x > /grader/test.py'
+  run -1 dsec-vm exec "$id" -- umount /grader
+  run -1 dsec-vm exec "$id" -- mount -o remount,rw /grader
+  [ "$(vm_out "$id" cat /grader/test.py)" = "assert 1" ]
+  run -1 dsec-vm exec "$id" -- cat /answers/a.txt
+  [ "$(vm_out "$id" ls -A /answers)" = "" ]
+}
+
+@test "QEMU runs contained: no capabilities, no new privileges, seccomp, no host network" {
+  require_vm
+  local id q
+  id=$(vm_create)
+  q=$(qemu_pids)
+  [ -n "$q" ]
+  grep -qx 'CapEff:	0000000000000000' "/proc/$q/status"
+  grep -qx 'CapBnd:	0000000000000000' "/proc/$q/status"
+  grep -qx 'NoNewPrivs:	1' "/proc/$q/status"
+  grep -qx 'Seccomp:	2' "/proc/$q/status"
+  [ "$(readlink "/proc/$q/ns/net")" != "$(readlink /proc/self/ns/net)" ]
+  [ "$(readlink "/proc/$q/ns/mnt")" != "$(readlink /proc/self/ns/mnt)" ]
+}
+
+@test "backend vm: a q35 machine (PCI, firmware) boots the same image and runs commands" {
+  require_vm
+  local id rec
+  rec=$(dsec-vm create --image busybox:1 --backend vm --memory 384)
+  id=$(jq -r .id <<<"$rec")
+  echo "$id" >>"$SB_IDS"
+  jq -e '.backend == "vm"' <<<"$rec"
+  [ "$(vm_out "$id" uname -r)" = "$(jq -r .kernel <<<"$rec")" ]
+  # a full machine: a PCI bus
+  [ -n "$(vm_out "$id" ls /sys/bus/pci/devices)" ]
+  dsec-vm exec "$id" -- sh -c 'echo y > /f'
+  [ "$(vm_out "$id" cat /f)" = y ]
+}
+
+@test "checkpoint: the VM's writable layer becomes a layer any backend can start from" {
+  require_vm
+  local id rec digest c
+  id=$(vm_create)
+  dsec-vm exec --seq 0 "$id" -- sh -c 'mkdir -p /work && echo saved > /work/a && rm /bin/vi'
+  rec=$(dsec-vm checkpoint --name ck@1 "$id")
+  jq -e '.type == "checkpoint" and .consistent == true and .after_seq == 0' <<<"$rec"
+  digest=$(jq -r .layer.digest <<<"$rec")
+  dsec-vm trajectory "$id" | jq -se --arg d "$digest" 'any(.type == "checkpoint" and .layer == $d)'
+  dsec-vm events "$id" | jq -se --arg d "$digest" 'any(.type == "checkpoint" and .layer == $d)'
+  # the VM goes on writing after its file system was frozen and thawed
+  dsec-vm exec "$id" -- sh -c 'echo more > /work/b'
+  [ "$(vm_out "$id" cat /work/b)" = more ]
+  # a container starts from it: the file is there, the deletion too
+  c=$(sb_create --layer ck@1)
+  [ "$(dsec-run exec "$c" -- cat /work/a | jq -r .stdout)" = saved ]
+  run -1 dsec-run exec "$c" -- ls /bin/vi
+}
