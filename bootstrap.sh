@@ -17,7 +17,10 @@ PACKAGES="build-essential autoconf automake libtool pkg-config
   libcurl4-openssl-dev libssl-dev
   bats jq git erofs-utils busybox-static docker-registry skopeo
   zstd xz-utils python3 strace util-linux e2fsprogs iproute2
-  slurmctld slurmd munge slurm-client"
+  slurmctld slurmd munge slurm-client cpio"
+# dsec-vm: QEMU and a guest kernel (without their recommends: no GUI, no
+# firmware blobs, no AppArmor)
+VM_PACKAGES="qemu-system-x86 linux-image-amd64"
 
 if [ "${1:-}" != "--no-deps" ]; then
   missing=
@@ -25,12 +28,22 @@ if [ "${1:-}" != "--no-deps" ]; then
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" ||
       missing="$missing $p"
   done
-  if [ -n "$missing" ]; then
-    echo "bootstrap: installing$missing" >&2
+  vm_missing=
+  for p in $VM_PACKAGES; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" ||
+      vm_missing="$vm_missing $p"
+  done
+  if [ -n "$missing$vm_missing" ]; then
+    echo "bootstrap: installing$missing$vm_missing" >&2
     $SUDO apt-get update -q
-    # shellcheck disable=SC2086
-    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -q $missing
   fi
+  # shellcheck disable=SC2086
+  [ -z "$missing" ] ||
+    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -q $missing
+  # shellcheck disable=SC2086
+  [ -z "$vm_missing" ] ||
+    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -q \
+      --no-install-recommends $vm_missing
 fi
 
 [ -x configure ] || autoreconf -fi
@@ -38,7 +51,8 @@ fi
 make -j"$(nproc)"
 
 # The demo: a busybox image built here, imported into a private store, and
-# a command run in a sandbox made from it (removed afterwards).
+# a command run in a sandbox made from it, then in a microVM (both removed
+# afterwards).
 demo=$(mktemp -d)
 trap 'rm -rf "$demo"' EXIT
 export DSEC_ROOT="${DSEC_ROOT:-$demo/root}" DSEC_RUN="${DSEC_RUN:-$demo/run}"
@@ -46,3 +60,7 @@ examples/mkrootfs-busybox.sh "$demo/busybox.tar.gz"
 ./dsec-pull --name busybox:demo "tar:$demo/busybox.tar.gz"
 ./dsec-run run --rm --image busybox:demo -- \
   sh -c 'echo "hello from $(hostname), uid $(id -u), in $(uname -s)"'
+# the same image in a microVM with a kernel of its own (QEMU; KVM when it
+# works here, else emulated: a few seconds)
+./dsec-vm run --rm --image busybox:demo -- \
+  sh -c 'echo "hello from a VM running Linux $(uname -r)"'

@@ -397,11 +397,14 @@ static json_t *materialised(struct dsec_store *s, const char *digest)
 {
   _cleanup_free_ char *dir = xasprintf("%s/rootfs", dsec_digest_hex(digest));
   _cleanup_free_ char *ero = xasprintf("%s/layer.erofs", dsec_digest_hex(digest));
+  _cleanup_free_ char *pmem = xasprintf("%s/layer.pmem", dsec_digest_hex(digest));
   json_t *m = json_array();
   if (faccessat(s->layers_fd, dir, F_OK, AT_SYMLINK_NOFOLLOW) == 0)
     json_array_append_new(m, json_string("dir"));
   if (faccessat(s->layers_fd, ero, F_OK, AT_SYMLINK_NOFOLLOW) == 0)
     json_array_append_new(m, json_string("erofs"));
+  if (faccessat(s->layers_fd, pmem, F_OK, AT_SYMLINK_NOFOLLOW) == 0)
+    json_array_append_new(m, json_string("pmem"));
   return m;
 }
 

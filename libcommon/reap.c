@@ -1211,7 +1211,8 @@ static void find_candidates(struct reap *r, struct dsec_store *s, json_t *live,
   while (d && (de = readdir(d))) {
     char digest[DSEC_DIGEST_LEN + 1];
     time_t t;
-    static const char *const parts[] = { "meta.json", "rootfs", "layer.erofs" };
+    static const char *const parts[] = { "meta.json", "rootfs", "layer.erofs",
+                                         "layer.pmem" };
     if (!hex64(de->d_name))
       continue;
     snprintf(digest, sizeof digest, "sha256:%s", de->d_name);

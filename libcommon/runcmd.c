@@ -43,6 +43,7 @@ enum {
   OPT_PIDS,
   OPT_DISK,
   OPT_MOUNT,
+  OPT_PMEM,
   OPT_PROTECT,
   OPT_HIDE,
   OPT_ENV,
@@ -89,6 +90,7 @@ static const struct option long_options[] = {
   { "name", required_argument, NULL, OPT_NAME },
   { "pids", required_argument, NULL, OPT_PIDS },
   { "release", no_argument, NULL, OPT_RELEASE },
+  { "pmem", no_argument, NULL, OPT_PMEM },
   { "protect", required_argument, NULL, OPT_PROTECT },
   { "requests", required_argument, NULL, OPT_REQUESTS },
   { "result", required_argument, NULL, OPT_RESULT },
@@ -153,6 +155,8 @@ static void help(void)
          "      --name=NAME        a name to use instead of the id (checkpoint:\n"
          "                         the layer's NAME@VERSION)\n"
          "      --pids=N           process limit\n"
+         "      --pmem             layers as virtio-pmem devices with DAX, sharing\n"
+         "                         the host's page cache (backend vm only)\n"
          "      --protect=PATH     keep PATH readable but unchangeable "
          "(repeatable)\n"
          "      --spec=FILE        the sandbox spec as JSON (- for stdin)\n"
@@ -257,7 +261,7 @@ static bool option_ok(const char *verb, int opt)
   case OPT_SPEC: case OPT_IMAGE: case OPT_LAYER: case OPT_BACKEND:
   case OPT_CPUS: case OPT_MEMORY: case OPT_PIDS: case OPT_DISK:
   case OPT_MOUNT: case OPT_PROTECT: case OPT_HIDE: case OPT_USER:
-  case OPT_TTL: case OPT_IDLE_TIMEOUT:
+  case OPT_TTL: case OPT_IDLE_TIMEOUT: case OPT_PMEM:
     return create;
   case OPT_NAME:
     return (create && strcmp(verb, "pool") != 0) ||
@@ -402,6 +406,9 @@ static int parse(int argc, char **argv, struct opts *o, bool *exit_now)
       dsec_spec_append(o->spec, "mounts", m);
       break;
     }
+    case OPT_PMEM:
+      json_object_set_new(o->spec, "pmem", json_true());
+      break;
     case OPT_PROTECT:
       dsec_spec_append(o->spec, "protect", json_string(optarg));
       break;

@@ -340,7 +340,7 @@ int dsec_spec_validate(json_t *spec, struct dsec_error **err)
     "backend", "image",    "layers", "resources",   "network",
     "mounts",  "protect",  "hide",   "env",         "workdir",
     "user",    "ttl_s",    "idle_timeout_s",        "idle_action",
-    "labels",  "name",     NULL,
+    "labels",  "name",     "pmem",  NULL,
   };
   const char *s;
   json_t *v;
@@ -369,6 +369,13 @@ int dsec_spec_validate(json_t *spec, struct dsec_error **err)
       want_string_array(spec, "protect", true, err) < 0 ||
       want_string_array(spec, "hide", true, err) < 0 || check_env(spec, err) < 0)
     return -1;
+  v = json_object_get(spec, "pmem");
+  if (v && !json_is_boolean(v))
+    return dsec_bad_input(err, "spec: `pmem` must be true or false");
+  if (json_is_true(v) &&
+      strcmp(json_string_value(json_object_get(spec, "backend")), "vm") != 0)
+    return dsec_bad_input(err, "spec: `pmem` needs backend vm (virtio-pmem is "
+                               "a PCI device)");
 
   v = json_object_get(spec, "workdir");
   if (!v || json_is_null(v))

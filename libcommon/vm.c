@@ -323,9 +323,11 @@ static void argv_add(json_t *a, const char *fmt, ...)
 }
 
 /* QEMU's command line.  fds: 3 the agent's port, 4 the monitor, 5 the
- * console, 6 a snapshot to restore. */
+ * console, 6 a snapshot to restore.  pmem: the layers' pmem images
+ * (backend vm with --pmem), else NULL. */
 static json_t *qemu_argv(struct vm *v, struct dsec_vm_boot *boot,
-                         char **layers, size_t n_layers, bool restore)
+                         char **layers, size_t n_layers, char **pmem,
+                         bool restore)
 {
   json_t *a = json_array();
   json_t *r = json_object_get(v->spec, "resources");
@@ -350,7 +352,18 @@ static json_t *qemu_argv(struct vm *v, struct dsec_vm_boot *boot,
   argv_add(a, "-cpu");
   argv_add(a, "%s", kvm ? "host" : "max");
   argv_add(a, "-m");
-  argv_add(a, "%lld", (long long) (mem > 0 ? mem : 512));
+  if (pmem) {
+    /* pmem devices live in the device memory area above RAM */
+    long long extra = 0;
+    for (size_t i = 0; i < n_layers; i++) {
+      struct stat st;
+      if (stat(pmem[i], &st) == 0)
+        extra += (st.st_size + (1 << 20) - 1) >> 20;
+    }
+    argv_add(a, "%lld,slots=%zu,maxmem=%lldM", (long long) (mem > 0 ? mem : 512),
+             n_layers, (long long) (mem > 0 ? mem : 512) + extra);
+  } else
+    argv_add(a, "%lld", (long long) (mem > 0 ? mem : 512));
   argv_add(a, "-smp");
   argv_add(a, "%d", cpus >= 1 ? (int) ceil(cpus) : 1);
   argv_add(a, "-nodefaults");
@@ -365,11 +378,15 @@ static json_t *qemu_argv(struct vm *v, struct dsec_vm_boot *boot,
   argv_add(a, "-initrd");
   argv_add(a, "%s", boot->initramfs);
   argv_add(a, "-append");
-  if (kvm)
-    argv_add(a, "console=ttyS0 quiet panic=-1 reboot=t");
-  else
-    argv_add(a, "console=ttyS0 quiet panic=-1 reboot=t tsc_early_khz=%lu",
-             tsc_khz());
+  {
+    /* swiotlb=noforce: DAX mappings of pmem must not be bounced */
+    const char *extra = pmem ? " swiotlb=noforce" : "";
+    if (kvm)
+      argv_add(a, "console=ttyS0 quiet panic=-1 reboot=t%s", extra);
+    else
+      argv_add(a, "console=ttyS0 quiet panic=-1 reboot=t tsc_early_khz=%lu%s",
+               tsc_khz(), extra);
+  }
   argv_add(a, "-chardev");
   argv_add(a, "file,id=con,path=/dev/fd/5,append=on");
   argv_add(a, "-serial");
@@ -384,7 +401,18 @@ static json_t *qemu_argv(struct vm *v, struct dsec_vm_boot *boot,
   argv_add(a, "socket,id=qmp,fd=4");
   argv_add(a, "-mon");
   argv_add(a, "chardev=qmp,mode=control");
-  for (size_t i = 0; i < n_layers; i++) {
+  for (size_t i = 0; pmem && i < n_layers; i++) {
+    struct stat st;
+    /* shared and read-only: every VM maps the host's page cache of the
+     * image; a guest that writes to it faults, and only it */
+    argv_add(a, "-object");
+    argv_add(a, "memory-backend-file,id=pm%zu,mem-path=%s,size=%lld,share=on,"
+                "readonly=on", i, pmem[i],
+             stat(pmem[i], &st) == 0 ? (long long) st.st_size : 0LL);
+    argv_add(a, "-device");
+    argv_add(a, "virtio-pmem-pci,memdev=pm%zu,id=pmem%zu", i, i);
+  }
+  for (size_t i = 0; !pmem && i < n_layers; i++) {
     argv_add(a, "-drive");
     argv_add(a, "if=none,id=l%zu,file=%s,format=raw,readonly=on", i, layers[i]);
     argv_add(a, "-device");
@@ -1294,6 +1322,8 @@ _Noreturn void dsec_vm_supervisor_main(struct dsec_container_opts *o)
   _cleanup_free_ char *now = dsec_time_rfc3339();
   int agent[2] = { -1, -1 }, mon[2] = { -1, -1 };
   _cleanup_close_ int snap = -1;
+  _cleanup_json_ json_t *uuids = json_array();
+  char **pmem = NULL;
   sigset_t mask;
   json_t *args, *ready, *x;
 
@@ -1370,7 +1400,17 @@ _Noreturn void dsec_vm_supervisor_main(struct dsec_container_opts *o)
     dsec_fail(&err, errno, "cannot create QEMU's channels");
     goto fail;
   }
-  args = qemu_argv(v, &boot, o->layers, o->n_layers, o->restore != NULL);
+  if (json_is_true(json_object_get(o->spec, "pmem"))) {
+    pmem = xzalloc(sizeof *pmem * (o->n_layers + 1));
+    for (size_t i = 0; i < o->n_layers; i++) {
+      char uuid[33];
+      pmem[i] = dsec_vm_pmem_image(store, o->layers[i], uuid, &err);
+      if (!pmem[i])
+        goto fail;
+      json_array_append_new(uuids, json_string(uuid));
+    }
+  }
+  args = qemu_argv(v, &boot, o->layers, o->n_layers, pmem, o->restore != NULL);
   v->qemu = fork();
   if (v->qemu < 0) {
     dsec_fail(&err, errno, "fork");
@@ -1429,11 +1469,13 @@ _Noreturn void dsec_vm_supervisor_main(struct dsec_container_opts *o)
     agent_send(v, json_pack("{s:s, s:i}", "op", "ping", "id", 0), NULL, 0);
     ready = agent_wait(v, "pong", BOOT_TIMEOUT_MS, &err);
   } else {
-    json_t *setup = json_pack("{s:s, s:I, s:O, s:O, s:s}", "op", "setup",
-                              "layers", (json_int_t) o->n_layers, "protect",
+    json_t *setup = json_pack("{s:s, s:I, s:O, s:O, s:s, s:b, s:O}", "op",
+                              "setup", "layers", (json_int_t) o->n_layers,
+                              "protect",
                               json_object_get(o->spec, "protect") ?: json_array(),
                               "hide", json_object_get(o->spec, "hide") ?: json_array(),
-                              "workdir", v->workdir ? v->workdir : "/");
+                              "workdir", v->workdir ? v->workdir : "/",
+                              "pmem", pmem != NULL, "uuids", uuids);
     agent_send(v, setup, NULL, 0);
     ready = agent_wait(v, "ready", BOOT_TIMEOUT_MS, &err);
   }

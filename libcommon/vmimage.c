@@ -1307,3 +1307,137 @@ void dsec_vm_boot_free(struct dsec_vm_boot *b)
   free(b->source);
   b->kernel = b->initramfs = b->release = b->source = NULL;
 }
+
+/* ---- pmem images */
+
+#define PMEM_ALIGN (2u << 20)
+#define PFN_MODE_RAM 1
+
+/* The nvdimm info blocks' checksum: a Fletcher-64 over little-endian
+ * 32-bit words, with the checksum field zero. */
+static uint64_t nd_fletcher64(const unsigned char *p, size_t len)
+{
+  uint32_t lo = 0;
+  uint64_t hi = 0;
+  for (size_t i = 0; i + 4 <= len; i += 4) {
+    lo += le32(p + i);
+    hi += lo;
+  }
+  return hi << 32 | lo;
+}
+
+static void put_le16(unsigned char *p, uint16_t v)
+{
+  p[0] = (unsigned char) v;
+  p[1] = (unsigned char) (v >> 8);
+}
+
+static void put_le32(unsigned char *p, uint32_t v)
+{
+  for (int i = 0; i < 4; i++)
+    p[i] = (unsigned char) (v >> (8 * i));
+}
+
+static void put_le64(unsigned char *p, uint64_t v)
+{
+  for (int i = 0; i < 8; i++)
+    p[i] = (unsigned char) (v >> (8 * i));
+}
+
+/* The pfn info block (struct nd_pfn_sb, version 1.2, at 4 KiB into the
+ * namespace): data at 2 MiB, 2 MiB aligned, memmap in RAM.  The parent
+ * uuid stays zero: a virtio-pmem namespace has no label, hence no uuid. */
+static void pfn_info_block(unsigned char sb[4096], uint64_t total,
+                           const unsigned char uuid[16])
+{
+  memset(sb, 0, 4096);
+  memcpy(sb, "NVDIMM_PFN_INFO\0", 16);
+  memcpy(sb + 16, uuid, 16);
+  put_le16(sb + 52, 1);                           /* version_major */
+  put_le16(sb + 54, 2);                           /* version_minor */
+  put_le64(sb + 56, PMEM_ALIGN);                  /* dataoff */
+  put_le64(sb + 64, (total - PMEM_ALIGN) / 4096); /* npfns */
+  put_le32(sb + 72, PFN_MODE_RAM);                /* mode */
+  put_le32(sb + 84, PMEM_ALIGN);                  /* align */
+  put_le64(sb + 4088, nd_fletcher64(sb, 4096));   /* checksum */
+}
+
+int dsec_erofs_uuid(const char *path, char uuid[33], struct dsec_error **err)
+{
+  _cleanup_close_ int fd = open(path, O_RDONLY | O_CLOEXEC);
+  unsigned char sb[64];
+  if (fd < 0 || pread(fd, sb, sizeof sb, 1024) != (ssize_t) sizeof sb)
+    return dsec_fail(err, errno ? errno : EIO, "cannot read %s", path);
+  if (le32(sb) != 0xe0f5e1e2u)
+    return dsec_bad_input(err, "%s is not an EROFS image", path);
+  for (int i = 0; i < 16; i++)
+    snprintf(uuid + 2 * i, 3, "%02x", sb[48 + i]);
+  return 0;
+}
+
+char *dsec_vm_pmem_image(struct dsec_store *s, const char *erofs_path,
+                         char uuid[33], struct dsec_error **err)
+{
+  _cleanup_free_ char *dir = xstrdup(erofs_path);
+  _cleanup_free_ char *path = NULL;
+  _cleanup_free_ char *tmpname = NULL;
+  _cleanup_close_ int dfd = -1;
+  _cleanup_close_ int in = -1;
+  _cleanup_close_ int out = -1;
+  _cleanup_close_ int lock = -1;
+  unsigned char sb[4096], id[16];
+  struct stat st;
+  uint64_t total;
+  char *slash = strrchr(dir, '/');
+
+  if (!slash)
+    return dsec_bad_input(err, "%s: not a path", erofs_path), NULL;
+  *slash = '\0';
+  path = xasprintf("%s/layer.pmem", dir);
+  if (dsec_erofs_uuid(erofs_path, uuid, err) < 0)
+    return NULL;
+  if (access(path, F_OK) == 0)
+    return steal_pointer(&path);
+  /* one maker per layer; the others wait and find it made */
+  lock = dsec_store_lock(s, "pmem", strrchr(dir, '/') + 1, err);
+  if (lock < 0)
+    return NULL;
+  if (access(path, F_OK) == 0)
+    return steal_pointer(&path);
+  dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  in = open(erofs_path, O_RDONLY | O_CLOEXEC);
+  if (dfd < 0 || in < 0 || fstat(in, &st) < 0) {
+    dsec_fail(err, errno, "cannot open %s", erofs_path);
+    return NULL;
+  }
+  total = (PMEM_ALIGN + (uint64_t) st.st_size + PMEM_ALIGN - 1) /
+          PMEM_ALIGN * PMEM_ALIGN;
+  for (int i = 0; i < 16; i++)
+    sscanf(uuid + 2 * i, "%2hhx", &id[i]);
+  pfn_info_block(sb, total, id);
+  out = dsec_open_tmp_at(dfd, "layer.pmem", 0444, &tmpname, err);
+  if (out < 0)
+    return NULL;
+  if (pwrite(out, sb, sizeof sb, 4096) != (ssize_t) sizeof sb ||
+      ftruncate(out, (off_t) total) < 0) {
+    dsec_fail(err, errno, "cannot write %s", path);
+    goto fail;
+  }
+  {
+    loff_t from = 0, to = PMEM_ALIGN;
+    while (from < st.st_size) {
+      ssize_t n = copy_file_range(in, &from, out, &to,
+                                  (size_t) (st.st_size - from), 0);
+      if (n <= 0) {
+        dsec_fail(err, n < 0 ? errno : EIO, "cannot copy %s", erofs_path);
+        goto fail;
+      }
+    }
+  }
+  if (dsec_commit_tmp_at(dfd, out, tmpname, "layer.pmem", err) < 0)
+    goto fail;
+  return steal_pointer(&path);
+fail:
+  unlinkat(dfd, tmpname, 0);
+  return NULL;
+}

@@ -44,6 +44,20 @@ struct dsec_vm_boot {
 int dsec_vm_boot_prepare(struct dsec_store *s, const char *agent_path,
                          struct dsec_vm_boot *out, struct dsec_error **err);
 
+/* The pmem image of a materialised EROFS layer (new path): layer.pmem
+ * beside layer.erofs, made once per store.  A virtio-pmem device shows
+ * the guest the whole file; for DAX the guest's nd_pmem needs a pfn info
+ * block (an "fsdax" namespace whose memmap lives in RAM) and the data
+ * 2 MiB aligned, so the file is a 2 MiB header holding that block, the
+ * EROFS image, and padding to a 2 MiB multiple.  *uuid gets the image's
+ * EROFS volume uuid as 32 hex digits, which is how the guest tells its
+ * pmem devices apart. */
+char *dsec_vm_pmem_image(struct dsec_store *s, const char *erofs_path,
+                         char uuid[33], struct dsec_error **err);
+
+/* The EROFS volume uuid of an image as 32 hex digits. */
+int dsec_erofs_uuid(const char *path, char uuid[33], struct dsec_error **err);
+
 /* Frees the strings of *b (not b itself) and clears them. */
 void dsec_vm_boot_free(struct dsec_vm_boot *b);
 

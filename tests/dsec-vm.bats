@@ -315,3 +315,24 @@ qemu_pids() {
   [ "$(dsec-run exec "$c" -- cat /work/a | jq -r .stdout)" = saved ]
   run -1 dsec-run exec "$c" -- ls /bin/vi
 }
+
+@test "--pmem: a vm's layers are virtio-pmem devices mounted with DAX; microvm refuses it (3)" {
+  require_vm
+  local id rec hex
+  run -3 --separate-stderr dsec-vm create --image busybox:1 --pmem
+  [[ $stderr == *"backend vm"* ]]
+  run -3 --separate-stderr dsec-run create --image busybox:1 --pmem
+  rec=$(dsec-vm create --image busybox:1 --backend vm --pmem --memory 384)
+  id=$(jq -r .id <<<"$rec")
+  echo "$id" >>"$SB_IDS"
+  jq -e '.backend == "vm"' <<<"$rec"
+  # no layer disk: the image is a pmem device, mapped with DAX
+  [ "$(vm_out "$id" sh -c 'ls /sys/block | grep -c ^pmem')" = 1 ]
+  vm_out "$id" dmesg | grep -q 'erofs: DAX enabled'
+  [ "$(vm_out "$id" sh -c 'echo written > /w; cat /w')" = written ]
+  [ -n "$(vm_out "$id" ls /bin/busybox)" ]
+  # made once per store, beside the layer's EROFS image
+  hex=$(dsec-layer inspect busybox:1 | jq -r '.layers[0].digest // .layers[0]' | sed 's/^sha256://')
+  [ -s "$(store_dir)/layers/$hex/layer.pmem" ]
+  dsec-layer inspect "sha256:$hex" | jq -e '.materialised | index("pmem")'
+}

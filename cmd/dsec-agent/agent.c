@@ -158,11 +158,38 @@ static bool find_disk(const char *want, char *dev, size_t len)
   return false;
 }
 
-static bool wait_path(const char *path)
+/* The pmem device holding the EROFS image whose volume uuid is want (32
+ * hex digits): the host names images by uuid, as the probe order of
+ * devices is not the order they were given in. */
+static bool find_pmem(const char *want, char *dev, size_t len)
 {
   for (int tries = 0; tries < 1000; tries++) {
-    if (access(path, F_OK) == 0)
-      return true;
+    DIR *d = opendir("/sys/block");
+    struct dirent *e;
+    while (d && (e = readdir(d))) {
+      unsigned char sb[64];
+      char hex[33], p[300];
+      int fd;
+      if (strncmp(e->d_name, "pmem", 4) != 0)
+        continue;
+      snprintf(p, sizeof p, "/dev/%s", e->d_name);
+      fd = open(p, O_RDONLY | O_CLOEXEC);
+      if (fd < 0)
+        continue;
+      if (pread(fd, sb, sizeof sb, 1024) == (ssize_t) sizeof sb) {
+        for (int i = 0; i < 16; i++)
+          snprintf(hex + 2 * i, 3, "%02x", sb[48 + i]);
+        if (strcmp(hex, want) == 0) {
+          close(fd);
+          closedir(d);
+          snprintf(dev, len, "%s", p);
+          return true;
+        }
+      }
+      close(fd);
+    }
+    if (d)
+      closedir(d);
     usleep(10000);
   }
   return false;
@@ -280,9 +307,10 @@ static void setup_root(json_t *setup)
     snprintf(dir, sizeof dir, "/mnt/l%zu", i);
     mkdirs(dir, 0755);
     if (pmem) {
-      snprintf(dev, sizeof dev, "/dev/pmem%zu", i);
-      if (!wait_path(dev))
-        fatal("no %s", dev);
+      const char *uuid = json_string_value(json_array_get(
+        json_object_get(setup, "uuids"), i));
+      if (!uuid || !find_pmem(uuid, dev, sizeof dev))
+        fatal("no pmem device for layer %zu", i);
     } else {
       snprintf(serial, sizeof serial, "dsec-l%zu", i);
       if (!find_disk(serial, dev, sizeof dev))
