@@ -48,6 +48,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "cgroup.h"
 #include "ctl.h"
 #include "exec.h"
 #include "exitcodes.h"
@@ -63,6 +64,8 @@
 #define BOOT_TIMEOUT_MS 180000   /* TCG on a loaded machine is slow */
 #define MIGRATE_TIMEOUT_MS 600000
 #define MSG_MAX (64u << 20)
+#define VM_OVERHEAD_MB 256  /* QEMU beyond the guest's RAM */
+#define VM_QEMU_PIDS 512    /* QEMU's threads */
 
 /* Whether KVM works, not only whether /dev/kvm is there: some hosts (nested
  * virtualisation, emulated /dev/kvm) have the device but fail at the first
@@ -158,6 +161,7 @@ struct vm {
   const char *accel, *backend;
   int epfd, sfd, lsock, agent, qmp, events_fd, console_fd, run_fd;
   pid_t qemu;
+  struct dsec_cgroup *cg;
   struct dsec_traj traj;
   struct vclient **clients;
   size_t nclients;
@@ -985,6 +989,11 @@ static _Noreturn void vm_end(struct vm *v, const char *state, const char *cause)
     while (waitpid(v->qemu, NULL, 0) < 0 && errno == EINTR)
       ;
   }
+  if (v->cg) {
+    _cleanup_error_ struct dsec_error *e = NULL;
+    if (dsec_cgroup_destroy(v->cg, &e) < 0)
+      dsec_warn("%s", e->msg);
+  }
   for (size_t i = 0; i < v->njobs; i++)
     if (v->jobs[i]->cl)
       reply_error(v->jobs[i]->cl, cause ? cause : state, DSEC_EXIT_INTERNAL);
@@ -1010,6 +1019,9 @@ static void qemu_exited(struct vm *v)
     return;
   v->qemu = 0;
   cause = console_cause(v);
+  if (!cause && WIFSIGNALED(st) && WTERMSIG(st) == SIGKILL &&
+      dsec_cgroup_oom_kills(v->cg) > 0)
+    cause = xstrdup("out of memory: QEMU went past the VM's memory limit");
   if (!cause)
     cause = WIFSIGNALED(st) ? xasprintf("QEMU was killed by signal %d", WTERMSIG(st))
                             : xasprintf("the VM stopped (QEMU exited with %d)",
@@ -1208,6 +1220,9 @@ static void client_next(struct vm *v, struct vclient *cl)
       json_decref(r);
     } else if (strcmp(op, "status") == 0) {
       json_t *st = json_copy(v->state);
+      int64_t mem = dsec_cgroup_memory_current(v->cg);
+      if (mem >= 0)
+        json_object_set_new(st, "memory_bytes", json_integer(mem));
       json_object_set_new(st, "execs_running", json_integer((json_int_t) v->njobs));
       client_write(cl, st);
       json_decref(st);
@@ -1313,6 +1328,25 @@ static void vm_loop(struct vm *v)
 }
 
 
+/* QEMU's cgroups: the guest's memory plus QEMU's own (its devices, the
+ * TCG translation cache), the CPU quota, and a bound on QEMU's threads.
+ * The guest's processes are the guest kernel's business. */
+static int vm_cgroup(struct vm *v, struct dsec_error **err)
+{
+  json_t *r = json_object_get(v->spec, "resources");
+  _cleanup_json_ json_t *lim = json_object();
+  json_int_t mem = json_integer_value(json_object_get(r, "memory_mb"));
+
+  json_object_set_new(lim, "memory_mb",
+                      json_integer((mem > 0 ? mem : 512) + VM_OVERHEAD_MB));
+  json_object_set_new(lim, "pids", json_integer(VM_QEMU_PIDS));
+  if (json_object_get(r, "cpus"))
+    json_object_set(lim, "cpus", json_object_get(r, "cpus"));
+  if (json_object_get(r, "class"))
+    json_object_set(lim, "class", json_object_get(r, "class"));
+  return dsec_cgroup_create(v->id, lim, &v->cg, err);
+}
+
 _Noreturn void dsec_vm_supervisor_main(struct dsec_container_opts *o)
 {
   struct vm vv = { 0 }, *v = &vv;
@@ -1324,6 +1358,7 @@ _Noreturn void dsec_vm_supervisor_main(struct dsec_container_opts *o)
   _cleanup_close_ int snap = -1;
   _cleanup_json_ json_t *uuids = json_array();
   char **pmem = NULL;
+  int go[2] = { -1, -1 };
   sigset_t mask;
   json_t *args, *ready, *x;
 
@@ -1411,6 +1446,11 @@ _Noreturn void dsec_vm_supervisor_main(struct dsec_container_opts *o)
     }
   }
   args = qemu_argv(v, &boot, o->layers, o->n_layers, pmem, o->restore != NULL);
+  if (vm_cgroup(v, &err) < 0 || pipe2(go, O_CLOEXEC) < 0) {
+    if (!err)
+      dsec_fail(&err, errno, "pipe");
+    goto fail;
+  }
   v->qemu = fork();
   if (v->qemu < 0) {
     dsec_fail(&err, errno, "fork");
@@ -1419,9 +1459,22 @@ _Noreturn void dsec_vm_supervisor_main(struct dsec_container_opts *o)
   if (v->qemu == 0) {
     int fds[4] = { agent[1], mon[1], v->console_fd, snap };
     _cleanup_free_ char *qlog = xasprintf("%s/qemu.log", v->dir);
+    char c;
+    /* in its cgroup before it allocates anything */
+    close(go[1]);
+    if (read(go[0], &c, 1) != 1)
+      _exit(125);
     qemu_child(args, fds, open(qlog, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC,
                                0644));
   }
+  close(go[0]);
+  if (dsec_cgroup_attach(v->cg, v->qemu, &err) < 0 || write(go[1], "g", 1) != 1) {
+    if (!err)
+      dsec_fail(&err, errno, "cannot start QEMU");
+    close(go[1]);
+    goto fail;
+  }
+  close(go[1]);
   json_decref(args);
   close(agent[1]);
   close(mon[1]);
@@ -1523,6 +1576,7 @@ _Noreturn void dsec_vm_supervisor_main(struct dsec_container_opts *o)
                          "qemu_pid", (int) v->qemu);
     if (bootid)
       json_object_set_new(v->state, "boot_id", json_string(bootid));
+    json_object_set_new(v->state, "cgroup", dsec_cgroup_to_json(v->cg));
     if ((x = json_object_get(o->spec, "name")))
       json_object_set(v->state, "name", x);
   }
@@ -1556,5 +1610,7 @@ fail:
     kill(v->qemu, SIGKILL);
     waitpid(v->qemu, NULL, 0);
   }
+  if (v->cg)
+    dsec_cgroup_destroy(v->cg, NULL);
   _exit(1);
 }

@@ -269,7 +269,7 @@ qemu_pids() {
   [ "$(vm_out "$id" ls -A /answers)" = "" ]
 }
 
-@test "QEMU runs contained: no capabilities, no new privileges, seccomp, no host network" {
+@test "QEMU runs contained: no capabilities, no new privileges, seccomp, no host network, its own cgroups" {
   require_vm
   local id q
   id=$(vm_create)
@@ -281,6 +281,15 @@ qemu_pids() {
   grep -qx 'Seccomp:	2' "/proc/$q/status"
   [ "$(readlink "/proc/$q/ns/net")" != "$(readlink /proc/self/ns/net)" ]
   [ "$(readlink "/proc/$q/ns/mnt")" != "$(readlink /proc/self/ns/mnt)" ]
+  # in the VM's cgroups, limited to its memory plus QEMU's 256 MiB
+  grep -q "dsec/$id\$" "/proc/$q/cgroup"
+  local mem
+  mem=$(dsec-vm inspect "$id" | jq -r '.cgroup.memory.path')
+  if [ -f "$mem/memory.limit_in_bytes" ]; then
+    [ "$(cat "$mem/memory.limit_in_bytes")" -eq $(((512 + 256) << 20)) ]
+  else
+    [ "$(cat "$mem/memory.max")" -eq $(((512 + 256) << 20)) ]
+  fi
 }
 
 @test "backend vm: a q35 machine (PCI, firmware) boots the same image and runs commands" {
