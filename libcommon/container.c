@@ -986,10 +986,7 @@ struct sup {
   struct watch w_fan;
   struct dsec_proxy *proxy;
   struct watch w_proxy;
-  pthread_mutex_t net_lock; /* network events come from proxy threads */
-  double net_window;
-  int net_in_window;
-  uint64_t net_suppressed;
+  struct dsec_net_events net; /* network events come from proxy threads */
   uid_t base;           /* the sandbox root's host id (0 rootless) */
   char *upperfs;        /* the disk-limited file system, or NULL */
   struct listener **listeners;
@@ -1375,38 +1372,7 @@ fail:
 
 static void sup_teardown(struct sup *s, const char *state, const char *cause);
 
-/* ---- the proxy's attempts, from its threads: at most 100 a second are
- * recorded, the rest counted */
-#define NETWORK_PER_SECOND 100
-
-static void proxy_report(void *ud, json_t *ev)
-{
-  struct sup *s = ud;
-  double now = now_ms();
-  json_t *sup_ev = NULL;
-  bool keep;
-
-  pthread_mutex_lock(&s->net_lock);
-  if (now - s->net_window >= 1000) {
-    if (s->net_suppressed)
-      sup_ev = json_pack("{s:s, s:I}", "type", "network_suppressed", "count",
-                         (json_int_t) s->net_suppressed);
-    s->net_window = now;
-    s->net_in_window = 0;
-    s->net_suppressed = 0;
-  }
-  keep = s->net_in_window++ < NETWORK_PER_SECOND;
-  if (!keep)
-    s->net_suppressed++;
-  pthread_mutex_unlock(&s->net_lock);
-  if (sup_ev)
-    sup_event(s, sup_ev);
-  if (keep)
-    sup_event(s, ev);
-  else
-    json_decref(ev);
-}
-
+/* ---- the proxy: the sandbox's connections to its 127.0.0.1:3128 */
 static void proxy_accept(struct sup *s)
 {
   for (;;) {
@@ -2774,9 +2740,9 @@ _Noreturn void dsec_supervisor_main(struct dsec_container_opts *o)
     ep_add(s, s->fan_fd, EPOLLIN, &s->w_fan);
   }
   if (s->proxy_lfd >= 0) {
-    pthread_mutex_init(&s->net_lock, NULL);
-    s->proxy = dsec_proxy_new(json_object_get(o->spec, "network"), proxy_report,
-                              s);
+    dsec_net_events_init(&s->net, s->events_fd, s->id);
+    s->proxy = dsec_proxy_new(json_object_get(o->spec, "network"),
+                              dsec_net_events_report, &s->net);
     s->w_proxy = (struct watch){ W_PROXY, NULL, false };
     if (ep_add(s, s->proxy_lfd, EPOLLIN, &s->w_proxy) < 0) {
       dsec_fail(&err, errno, "cannot serve the proxy");

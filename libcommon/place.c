@@ -26,6 +26,7 @@
 #include "sandbox.h"
 #include "spec.h"
 #include "store.h"
+#include "vm.h"
 
 /* ---- small containers ------------------------------------------------ */
 
@@ -1149,22 +1150,6 @@ static bool container_works(void)
   return true;
 }
 
-static bool in_path(const char *prog)
-{
-  const char *path = getenv("PATH");
-  _cleanup_free_ char *copy = xstrdup(path && *path ? path
-                                                   : "/usr/local/bin:/usr/bin:/bin");
-  char *save = NULL;
-
-  for (char *d = strtok_r(copy, ":", &save); d; d = strtok_r(NULL, ":", &save)) {
-    _cleanup_free_ char *f = xasprintf("%s/%s", *d ? d : ".", prog);
-    struct stat st;
-    if (stat(f, &st) == 0 && S_ISREG(st.st_mode) && access(f, X_OK) == 0)
-      return true;
-  }
-  return false;
-}
-
 static int64_t mem_total_mb(void)
 {
   _cleanup_fclose_ FILE *f = fopen("/proc/meminfo", "re");
@@ -1405,9 +1390,9 @@ json_t *dsec_place_probe(struct dsec_error **err)
     json_array_append_new(backends, json_string("fncall"));
     json_array_append_new(backends, json_string("container"));
   }
-  if (in_path("qemu-system-x86_64")) {
-    _cleanup_close_ int kvm = open("/dev/kvm", O_RDWR | O_CLOEXEC);
-    accel = kvm >= 0 ? "kvm" : "tcg";
+  if (dsec_vm_available()) {
+    /* what dsec-vm would use: KVM only when it works */
+    accel = dsec_vm_accelerator();
     json_array_append_new(backends, json_string("microvm"));
     json_array_append_new(backends, json_string("vm"));
   }

@@ -8,6 +8,7 @@
 #include <signal.h>
 #include <string.h>
 #include <sys/syscall.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -151,4 +152,20 @@ char *dsec_sibling_program(const char *name)
     }
   }
   return xstrdup(name);
+}
+
+bool dsec_in_path(const char *prog)
+{
+  const char *path = getenv("PATH");
+  _cleanup_free_ char *copy = xstrdup(path && *path ? path
+                                                   : "/usr/local/bin:/usr/bin:/bin");
+  char *save = NULL;
+
+  for (char *d = strtok_r(copy, ":", &save); d; d = strtok_r(NULL, ":", &save)) {
+    _cleanup_free_ char *f = xasprintf("%s/%s", *d ? d : ".", prog);
+    struct stat st;
+    if (stat(f, &st) == 0 && S_ISREG(st.st_mode) && access(f, X_OK) == 0)
+      return true;
+  }
+  return false;
 }

@@ -2,6 +2,8 @@
 #ifndef DSEC_PROCESS_H
 #define DSEC_PROCESS_H
 
+#include <stdbool.h>
+
 #include "error.h"
 
 /* Runs argv[0] (looked up in PATH) in cwd (NULL: ours) with stdin from
@@ -15,5 +17,8 @@ int dsec_run_program(char *const argv[], const char *cwd, char **out,
 /* The path of another dsec program: next to ours (/proc/self/exe), else
  * its bare name for a PATH search.  New string. */
 char *dsec_sibling_program(const char *name);
+
+/* Whether an executable prog is in $PATH (or the default path). */
+bool dsec_in_path(const char *prog);
 
 #endif

@@ -16,6 +16,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include "sandbox.h"
 #include "utils.h"
 
 #define HEAD_MAX 16384
@@ -404,4 +405,43 @@ void dsec_proxy_serve(struct dsec_proxy *p, int fd)
     free(c);
   }
   pthread_attr_destroy(&attr);
+}
+
+#define NETWORK_PER_SECOND 100
+
+void dsec_net_events_init(struct dsec_net_events *e, int fd, const char *id)
+{
+  memset(e, 0, sizeof *e);
+  e->fd = fd;
+  e->id = id;
+  pthread_mutex_init(&e->lock, NULL);
+}
+
+void dsec_net_events_report(void *ud, json_t *ev)
+{
+  struct dsec_net_events *e = ud;
+  double now = dsec_now_ms();
+  json_t *summary = NULL;
+  bool keep;
+
+  pthread_mutex_lock(&e->lock);
+  if (now - e->window >= 1000) {
+    if (e->suppressed)
+      summary = json_pack("{s:s, s:I}", "type", "network_suppressed", "count",
+                          (json_int_t) e->suppressed);
+    e->window = now;
+    e->in_window = 0;
+    e->suppressed = 0;
+  }
+  keep = e->in_window++ < NETWORK_PER_SECOND;
+  if (!keep)
+    e->suppressed++;
+  pthread_mutex_unlock(&e->lock);
+  if (summary) {
+    dsec_event_append(e->fd, e->id, summary, NULL);
+    json_decref(summary);
+  }
+  if (keep)
+    dsec_event_append(e->fd, e->id, ev, NULL);
+  json_decref(ev);
 }

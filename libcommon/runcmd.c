@@ -811,10 +811,6 @@ static int create_sandbox(json_t *spec_in, const char *reuse_id,
   if (vm_front && json_array_size(json_object_get(spec, "mounts")) > 0)
     return dsec_bad_input(err, "dsec-vm cannot bind host paths into a VM "
                                "(mounts); put them in a layer");
-  if (vm_front && strcmp(json_string_value(json_object_get(
-                           json_object_get(spec, "network"), "mode")) ?: "none",
-                         "none") != 0)
-    return dsec_bad_input(err, "dsec-vm supports network mode none only");
   if (!vm_front && geteuid() != 0) {
     /* rootless: one id is ours to map (root inside is us outside), and
      * loop devices are root's */

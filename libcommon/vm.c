@@ -28,6 +28,7 @@
 #include <linux/fs.h>
 #include <math.h>
 #include <poll.h>
+#include <pthread.h>
 #include <sched.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -54,7 +55,9 @@
 #include "exitcodes.h"
 #include "fsutil.h"
 #include "log.h"
+#include "netmux.h"
 #include "process.h"
+#include "proxy.h"
 #include "sandbox.h"
 #include "spec.h"
 #include "store.h"
@@ -66,6 +69,18 @@
 #define MSG_MAX (64u << 20)
 #define VM_OVERHEAD_MB 256  /* QEMU beyond the guest's RAM */
 #define VM_QEMU_PIDS 512    /* QEMU's threads */
+
+const char *dsec_vm_qemu(void)
+{
+  const char *q = getenv("DSEC_QEMU");
+  return q && *q ? q : QEMU_PROG;
+}
+
+bool dsec_vm_available(void)
+{
+  const char *q = dsec_vm_qemu();
+  return strchr(q, '/') ? access(q, X_OK) == 0 : dsec_in_path(q);
+}
 
 /* Whether KVM works, not only whether /dev/kvm is there: some hosts (nested
  * virtualisation, emulated /dev/kvm) have the device but fail at the first
@@ -85,7 +100,7 @@ static bool kvm_works(void)
     dup2(in[0], 0);
     dup2(null, 1);
     dup2(null, 2);
-    execl(QEMU_PROG, QEMU_PROG, "-M", "microvm", "-accel", "kvm", "-cpu", "host",
+    execlp(dsec_vm_qemu(), dsec_vm_qemu(), "-M", "microvm", "-accel", "kvm", "-cpu", "host",
           "-m", "16", "-nodefaults", "-no-user-config", "-display", "none",
           "-S", "-qmp", "stdio", (char *) NULL);
     _exit(127);
@@ -162,6 +177,9 @@ struct vm {
   int epfd, sfd, lsock, agent, qmp, events_fd, console_fd, run_fd;
   pid_t qemu;
   struct dsec_cgroup *cg;
+  struct dsec_proxy *proxy; /* network proxy mode, else NULL */
+  struct dsec_net_events net;
+  int net_chan;             /* the dsec.net port's host end */
   struct dsec_traj traj;
   struct vclient **clients;
   size_t nclients;
@@ -327,7 +345,7 @@ static void argv_add(json_t *a, const char *fmt, ...)
 }
 
 /* QEMU's command line.  fds: 3 the agent's port, 4 the monitor, 5 the
- * console, 6 a snapshot to restore.  pmem: the layers' pmem images
+ * console, 6 a snapshot to restore, 7 the network port (proxy mode).  pmem: the layers' pmem images
  * (backend vm with --pmem), else NULL. */
 static json_t *qemu_argv(struct vm *v, struct dsec_vm_boot *boot,
                          char **layers, size_t n_layers, char **pmem,
@@ -342,7 +360,7 @@ static json_t *qemu_argv(struct vm *v, struct dsec_vm_boot *boot,
   double cpus = json_number_value(json_object_get(r, "cpus"));
   _cleanup_free_ char *disk = xasprintf("%s/disk.img", v->dir);
 
-  argv_add(a, "%s", QEMU_PROG);
+  argv_add(a, "%s", dsec_vm_qemu());
   argv_add(a, "-name");
   argv_add(a, "dsec-%s,debug-threads=on", v->id);
   argv_add(a, "-M");
@@ -401,6 +419,13 @@ static json_t *qemu_argv(struct vm *v, struct dsec_vm_boot *boot,
   argv_add(a, "virtio-serial-%s", bus);
   argv_add(a, "-device");
   argv_add(a, "virtserialport,chardev=agent,name=dsec.agent");
+  if (v->proxy) {
+    /* the guest's way to the proxy: connections relayed over a port */
+    argv_add(a, "-chardev");
+    argv_add(a, "socket,id=net,fd=7");
+    argv_add(a, "-device");
+    argv_add(a, "virtserialport,chardev=net,name=dsec.net");
+  }
   argv_add(a, "-chardev");
   argv_add(a, "socket,id=qmp,fd=4");
   argv_add(a, "-mon");
@@ -440,9 +465,9 @@ static json_t *qemu_argv(struct vm *v, struct dsec_vm_boot *boot,
   return a;
 }
 
-/* The QEMU child: contained, then exec'd with its descriptors at 3-6 and
+/* The QEMU child: contained, then exec'd with its descriptors at 3-7 and
  * its diagnostics in qemu.log. */
-static _Noreturn void qemu_child(json_t *argv, int fds[4], int log)
+static _Noreturn void qemu_child(json_t *argv, int fds[5], int log)
 {
   char **v = xzalloc(sizeof *v * (json_array_size(argv) + 1));
   struct __user_cap_header_struct h = { _LINUX_CAPABILITY_VERSION_3, 0 };
@@ -455,15 +480,15 @@ static _Noreturn void qemu_child(json_t *argv, int fds[4], int log)
   prctl(PR_SET_PDEATHSIG, SIGKILL);
   if (log >= 0)
     dup2(log, 2);
-  for (int k = 0; k < 4; k++) {
+  for (int k = 0; k < 5; k++) {
     int fd = fds[k] >= 0 ? fds[k] : open("/dev/null", O_RDWR);
     /* dup to a high number first: a source may sit on a target */
     fds[k] = fcntl(fd, F_DUPFD, 100);
   }
-  for (int k = 0; k < 4; k++)
+  for (int k = 0; k < 5; k++)
     if (dup2(fds[k], 3 + k) < 0)
       _exit(125);
-  syscall(SYS_close_range, 7U, ~0U, 0U);
+  syscall(SYS_close_range, 8U, ~0U, 0U);
   {
     sigset_t none;
     sigemptyset(&none);
@@ -478,7 +503,7 @@ static _Noreturn void qemu_child(json_t *argv, int fds[4], int log)
     dprintf(2, "dsec-vm: cannot drop QEMU's privileges: %s\n", strerror(errno));
     _exit(125);
   }
-  execv(v[0], v);
+  execvp(v[0], v);
   dprintf(2, "dsec-vm: cannot run %s: %s\n", v[0], strerror(errno));
   _exit(127);
 }
@@ -1328,6 +1353,27 @@ static void vm_loop(struct vm *v)
 }
 
 
+/* ---- proxy mode: each connection the guest opens on its 127.0.0.1:3128
+ * arrives here as an open frame and goes to the proxy on a socketpair */
+
+static int net_open(void *ud, uint32_t id)
+{
+  struct vm *v = ud;
+  int sp[2];
+  (void) id;
+  if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sp) < 0)
+    return -1;
+  dsec_proxy_serve(v->proxy, sp[1]);
+  return sp[0];
+}
+
+static void *net_relay(void *arg)
+{
+  struct vm *v = arg;
+  dsec_mux_run(v->net_chan, -1, net_open, v, 0);
+  return NULL;
+}
+
 /* QEMU's cgroups: the guest's memory plus QEMU's own (its devices, the
  * TCG translation cache), the CPU quota, and a bound on QEMU's threads.
  * The guest's processes are the guest kernel's business. */
@@ -1358,7 +1404,7 @@ _Noreturn void dsec_vm_supervisor_main(struct dsec_container_opts *o)
   _cleanup_close_ int snap = -1;
   _cleanup_json_ json_t *uuids = json_array();
   char **pmem = NULL;
-  int go[2] = { -1, -1 };
+  int go[2] = { -1, -1 }, net[2] = { -1, -1 };
   sigset_t mask;
   json_t *args, *ready, *x;
 
@@ -1368,7 +1414,7 @@ _Noreturn void dsec_vm_supervisor_main(struct dsec_container_opts *o)
   v->dir = dsec_sandbox_dir(o->id);
   v->run = dsec_sandbox_run_dir(o->id);
   v->epfd = v->sfd = v->lsock = v->agent = v->qmp = v->events_fd = -1;
-  v->console_fd = v->run_fd = -1;
+  v->console_fd = v->run_fd = v->net_chan = -1;
   v->traj.fd = -1;
   v->accel = dsec_vm_accelerator();
   v->workdir = json_string_value(json_object_get(o->spec, "workdir"));
@@ -1435,6 +1481,17 @@ _Noreturn void dsec_vm_supervisor_main(struct dsec_container_opts *o)
     dsec_fail(&err, errno, "cannot create QEMU's channels");
     goto fail;
   }
+  if (strcmp(json_string_value(json_object_get(json_object_get(o->spec, "network"),
+                                               "mode")) ?: "none", "proxy") == 0) {
+    if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, net) < 0) {
+      dsec_fail(&err, errno, "cannot create the network channel");
+      goto fail;
+    }
+    dsec_net_events_init(&v->net, v->events_fd, v->id);
+    v->proxy = dsec_proxy_new(json_object_get(o->spec, "network"),
+                              dsec_net_events_report, &v->net);
+    v->net_chan = net[0];
+  }
   if (json_is_true(json_object_get(o->spec, "pmem"))) {
     pmem = xzalloc(sizeof *pmem * (o->n_layers + 1));
     for (size_t i = 0; i < o->n_layers; i++) {
@@ -1457,7 +1514,7 @@ _Noreturn void dsec_vm_supervisor_main(struct dsec_container_opts *o)
     goto fail;
   }
   if (v->qemu == 0) {
-    int fds[4] = { agent[1], mon[1], v->console_fd, snap };
+    int fds[5] = { agent[1], mon[1], v->console_fd, snap, net[1] };
     _cleanup_free_ char *qlog = xasprintf("%s/qemu.log", v->dir);
     char c;
     /* in its cgroup before it allocates anything */
@@ -1478,6 +1535,8 @@ _Noreturn void dsec_vm_supervisor_main(struct dsec_container_opts *o)
   json_decref(args);
   close(agent[1]);
   close(mon[1]);
+  if (net[1] >= 0)
+    close(net[1]);
   v->agent = agent[0];
   v->qmp = mon[0];
   fcntl(v->agent, F_SETFL, O_NONBLOCK);
@@ -1529,6 +1588,7 @@ _Noreturn void dsec_vm_supervisor_main(struct dsec_container_opts *o)
                               "hide", json_object_get(o->spec, "hide") ?: json_array(),
                               "workdir", v->workdir ? v->workdir : "/",
                               "pmem", pmem != NULL, "uuids", uuids);
+    json_object_set_new(setup, "proxy", json_boolean(v->proxy != NULL));
     agent_send(v, setup, NULL, 0);
     ready = agent_wait(v, "ready", BOOT_TIMEOUT_MS, &err);
   }
@@ -1581,6 +1641,14 @@ _Noreturn void dsec_vm_supervisor_main(struct dsec_container_opts *o)
       json_object_set(v->state, "name", x);
   }
   json_decref(ready);
+  if (v->proxy) {
+    pthread_t t;
+    if (pthread_create(&t, NULL, net_relay, v) != 0) {
+      dsec_fail(&err, errno, "cannot start the network relay");
+      goto fail;
+    }
+    pthread_detach(t);
+  }
   vm_write_state(v);
   if (o->restore)
     vm_event(v, json_pack("{s:s, s:s, s:s}", "type", "resumed", "from",

@@ -5,11 +5,18 @@
 #ifndef DSEC_VM_H
 #define DSEC_VM_H
 
+#include <stdbool.h>
+
 #include "container.h"
 
 /* The supervisor of a VM sandbox: boots it (or restores o->restore),
  * reports on o->ready_fd, serves until the VM ends.  Never returns. */
 _Noreturn void dsec_vm_supervisor_main(struct dsec_container_opts *o);
+
+/* The QEMU dsec-vm runs: $DSEC_QEMU, else the one configure found. */
+const char *dsec_vm_qemu(void);
+/* Whether that QEMU is there to run. */
+bool dsec_vm_available(void);
 
 /* "kvm" when /dev/kvm is there and works (probed once per host boot),
  * else "tcg"; $DSEC_VM_ACCEL=kvm|tcg decides instead. */

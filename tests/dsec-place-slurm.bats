@@ -170,6 +170,9 @@ setup() {
   export DSEC_STORE=$T/store DSEC_NODE_ROOTS=$T/nodes DSEC_SLURM_KEEP=$T/keep
   export TMPDIR=$T/tmp
   mkdir -p "$TMPDIR"
+  # the test's nodes offer no VM backends (a request for one stays
+  # unplaced), whether or not this host has QEMU
+  export DSEC_QEMU=$T/no-qemu
 }
 
 # Every sandbox of every node's root is removed, as its owner, whatever

@@ -243,8 +243,8 @@ fake_sandbox() {
 
 @test "probe: backends as tested here" {
   mkdir -p "$T/bin"
-  # no qemu on PATH: no VM backends
-  PATH=$T/bin:/usr/bin:/bin run -0 --separate-stderr "$DSEC_BUILDDIR/dsec-place" probe
+  # no QEMU to run (DSEC_QEMU names the one dsec-vm runs): no VM backends
+  DSEC_QEMU=$T/bin/no-such-qemu run -0 --separate-stderr dsec-place probe
   jq -e '.accel == "none" and (.backends | index("microvm") == null) and
          (.backends | index("vm") == null)' <<<"$output"
   # fncall and container exactly when a user namespace can mount an overlay
@@ -256,15 +256,23 @@ fake_sandbox() {
   else
     jq -e '.backends == []' <<<"$output"
   fi
-  printf '#!/bin/sh\nexit 0\n' >"$T/bin/qemu-system-x86_64"
-  chmod +x "$T/bin/qemu-system-x86_64"
-  PATH=$T/bin:/usr/bin:/bin run -0 --separate-stderr "$DSEC_BUILDDIR/dsec-place" probe
+  # a QEMU that starts a paused KVM guest and quits: KVM works (when
+  # /dev/kvm is there); one that fails: TCG, whatever /dev/kvm says
+  printf '#!/bin/sh\nexit 0\n' >"$T/bin/qemu-ok"
+  printf '#!/bin/sh\nexit 1\n' >"$T/bin/qemu-bad"
+  chmod +x "$T/bin/qemu-ok" "$T/bin/qemu-bad"
+  DSEC_QEMU=$T/bin/qemu-ok DSEC_RUN=$T/run1 run -0 --separate-stderr dsec-place probe
   jq -e '.backends[-2:] == ["microvm", "vm"]' <<<"$output"
   if [ -r /dev/kvm ] && [ -w /dev/kvm ]; then
     jq -e '.accel == "kvm"' <<<"$output"
   else
     jq -e '.accel == "tcg"' <<<"$output"
   fi
+  DSEC_QEMU=$T/bin/qemu-bad DSEC_RUN=$T/run2 run -0 --separate-stderr dsec-place probe
+  jq -e '.backends[-2:] == ["microvm", "vm"] and .accel == "tcg"' <<<"$output"
+  # DSEC_VM_ACCEL decides instead
+  DSEC_QEMU=$T/bin/qemu-ok DSEC_VM_ACCEL=tcg run -0 --separate-stderr dsec-place probe
+  jq -e '.accel == "tcg"' <<<"$output"
 }
 
 # --- place -----------------------------------------------------------------

@@ -345,3 +345,35 @@ qemu_pids() {
   [ -s "$(store_dir)/layers/$hex/layer.pmem" ]
   dsec-layer inspect "sha256:$hex" | jq -e '.materialised | index("pmem")'
 }
+
+@test "network proxy: the guest's only way out is the supervisor's proxy; allowed, denied and resumed" {
+  require_vm
+  local id port
+  port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+  mkdir -p "$BATS_TEST_TMPDIR/www"
+  echo the-solution >"$BATS_TEST_TMPDIR/www/answer.txt"
+  bg python3 -m http.server "$port" --bind 127.0.0.1 --directory "$BATS_TEST_TMPDIR/www"
+  for _ in $(seq 50); do
+    python3 -c "import socket; socket.create_connection(('127.0.0.1', $port), 1)" 2>/dev/null && break
+    sleep 0.1
+  done
+  printf '{"image":"busybox:1","network":{"mode":"proxy","allow":["127.0.0.1:%s"]}}' "$port" \
+    >"$BATS_TEST_TMPDIR/spec.json"
+  id=$(dsec-vm create --spec "$BATS_TEST_TMPDIR/spec.json" | jq -r .id)
+  echo "$id" >>"$SB_IDS"
+  [ "$(vm_out "$id" sh -c 'echo $HTTP_PROXY')" = "http://127.0.0.1:3128" ]
+  [ "$(vm_out "$id" wget -q -O- "http://127.0.0.1:$port/answer.txt")" = the-solution ]
+  # a module proxy is denied by default, and without the proxy there is no way
+  run -1 dsec-vm exec "$id" -- wget -q -O- "http://proxy.golang.org:$port/x"
+  run dsec-vm exec "$id" -- sh -c "unset http_proxy HTTP_PROXY; wget -q -T 3 -O- http://127.0.0.1:$port/answer.txt"
+  [ "$status" -ne 0 ]
+  jq -e '.stdout == ""' <<<"$output"
+  [ "$(vm_out "$id" sh -c 'ls /sys/class/net')" = lo ]
+  dsec-vm events "$id" | jq -se --argjson p "$port" \
+    'any(.type == "network" and .host == "127.0.0.1" and .port == $p and .allowed)'
+  dsec-vm events "$id" | jq -se 'any(.type == "network" and .host == "proxy.golang.org" and (.allowed | not))'
+  # the relay comes back with a resumed VM
+  dsec-vm suspend "$id" >/dev/null
+  dsec-vm resume "$id" >/dev/null
+  [ "$(vm_out "$id" wget -q -O- "http://127.0.0.1:$port/answer.txt")" = the-solution ]
+}

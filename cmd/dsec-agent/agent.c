@@ -26,6 +26,8 @@
 #include <linux/capability.h>
 #include <linux/fs.h>
 #include <net/if.h>
+#include <netinet/in.h>
+#include <pthread.h>
 #include <poll.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -47,7 +49,11 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "netmux.h"
+
 #define PORT_NAME "dsec.agent"
+#define NET_PORT_NAME "dsec.net"
+#define PROXY_PORT 3128
 #define HEADER_MAX (4u << 20)
 #define DRAIN_MS 100 /* output still arriving after the command exited */
 
@@ -195,7 +201,7 @@ static bool find_pmem(const char *want, char *dev, size_t len)
   return false;
 }
 
-static int open_port(void)
+static int open_port(const char *want)
 {
   for (int tries = 0; tries < 2000; tries++) {
     DIR *d = opendir("/sys/class/virtio-ports");
@@ -207,7 +213,7 @@ static int open_port(void)
         continue;
       snprintf(p, sizeof p, "/sys/class/virtio-ports/%s/name", e->d_name);
       name = read_small(p);
-      if (name && strcmp(name, PORT_NAME) == 0) {
+      if (name && strcmp(name, want) == 0) {
         int fd;
         snprintf(p, sizeof p, "/dev/%s", e->d_name);
         fd = open(p, O_RDWR | O_NONBLOCK | O_CLOEXEC);
@@ -368,6 +374,43 @@ static void setup_root(json_t *setup)
   if (sethostname("dsec", 4) < 0)
     logmsg("cannot set the host name: %s", strerror(errno));
   loopback_up();
+}
+
+/* ---- proxy mode: the guest's 127.0.0.1:3128 is relayed, connection by
+ * connection, over the dsec.net port to the host's proxy (netmux.c).  A
+ * thread of PID 1, so nothing in the guest can kill it apart. */
+
+struct relay {
+  int chan, lsock;
+};
+
+static void *relay_main(void *arg)
+{
+  struct relay *r = arg;
+  dsec_mux_run(r->chan, r->lsock, NULL, NULL, 1);
+  return NULL;
+}
+
+static void start_proxy_relay(void)
+{
+  static struct relay r;
+  struct sockaddr_in sa = { .sin_family = AF_INET,
+                            .sin_port = htons(PROXY_PORT),
+                            .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+  int one = 1;
+  pthread_t t;
+
+  r.chan = open_port(NET_PORT_NAME);
+  r.lsock = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (r.chan < 0 || r.lsock < 0)
+    fatal("no network port for the proxy");
+  setsockopt(r.lsock, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+  if (bind(r.lsock, (struct sockaddr *) &sa, sizeof sa) < 0 ||
+      listen(r.lsock, 128) < 0)
+    fatal("cannot listen on 127.0.0.1:%d", PROXY_PORT);
+  if (pthread_create(&t, NULL, relay_main, &r) != 0)
+    fatal("cannot start the proxy relay");
+  pthread_detach(t);
 }
 
 /* ---- the port: whole messages, in order */
@@ -758,9 +801,9 @@ static void serve(void)
   sigset_t mask;
   int sfd;
 
+  /* blocked since main(), in every thread: only the signalfd sees it */
   sigemptyset(&mask);
   sigaddset(&mask, SIGCHLD);
-  sigprocmask(SIG_BLOCK, &mask, NULL);
   sfd = signalfd(-1, &mask, SFD_NONBLOCK | SFD_CLOEXEC);
   for (;;) {
     struct pollfd pf[2 + 3 * 64];
@@ -849,12 +892,22 @@ int main(void)
     }
   }
   signal(SIGPIPE, SIG_IGN);
+  {
+    /* before any thread starts (the proxy relay), or one of them would
+     * take SIGCHLD and the serve loop would never hear of an exit */
+    sigset_t mask;
+    sigemptyset(&mask);
+    sigaddset(&mask, SIGCHLD);
+    sigprocmask(SIG_BLOCK, &mask, NULL);
+  }
   load_modules();
-  port = open_port();
+  port = open_port(PORT_NAME);
   if (port < 0)
     fatal("no virtio-serial port named " PORT_NAME);
   setup = wait_setup();
   setup_root(setup);
+  if (json_is_true(json_object_get(setup, "proxy")))
+    start_proxy_relay();
   json_decref(setup);
   uname(&u);
   send_msg(json_pack("{s:s, s:s}", "op", "ready", "kernel", u.release), NULL,
