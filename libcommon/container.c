@@ -14,7 +14,10 @@
  *      ipc, uts, cgroup and time namespaces and clones init as a sibling
  *      (CLONE_PARENT), so the supervisor is init's parent;
  *   6. init mounts /proc, /dev, /sys, masks the dangerous /proc and /sys
- *      files, pivot_roots, brings up lo, and waits for exec requests;
+ *      files, pivot_roots, protects and hides the spec's paths, brings up
+ *      lo, restricts itself with Landlock (so every process of the sandbox
+ *      is in its domain; fncall: each call, after its own mounts), and
+ *      waits for exec requests;
  *   7. serves the exec socket until the sandbox ends.
  *
  * Each exec is a child of init: a new session, the spec's user, no
@@ -65,6 +68,7 @@
 #include "ctl.h"
 #include "exec.h"
 #include "fsutil.h"
+#include "landlock.h"
 #include "log.h"
 #include "process.h"
 #include "proxy.h"
@@ -226,6 +230,8 @@ struct init_ctx {
   struct dsec_bpf filter_plain;  /* denials fail at once (no listener) */
   int last_cap;
   char *tmp_size; /* tmpfs size option for fncall's /tmp and workdir */
+  int ll_abi;     /* the kernel's Landlock ABI, 0 without Landlock */
+  json_t *protect; /* fncall: the spec's protect, planned again per call */
 };
 
 /* Paths masked in /proc and /sys: files get /dev/null, directories an
@@ -652,6 +658,28 @@ fail:
   _exit(125);
 }
 
+/* fncall: the call's Landlock domain, made from the call's own mounts,
+ * since a domain that handles file system rights cannot mount.  A rule
+ * holds the root of the mount it was made on, and Landlock skips the
+ * directories that mounts cover: the call's new /proc, /tmp and working
+ * directory need rules of their own, and a protected path they cover is
+ * not there to protect. */
+static void fncall_landlock(struct init_ctx *c)
+{
+  _cleanup_error_ struct dsec_error *e = NULL;
+  struct dsec_landlock ll;
+
+  if (!c->ll_abi)
+    return;
+  if (dsec_landlock_plan(&ll, c->ll_abi, c->protect, &e) < 0 ||
+      dsec_landlock_apply(&ll, &e) < 0) {
+    dprintf(STDERR_FILENO, "dsec: cannot apply the Landlock rules: %s\n",
+            e->msg);
+    _exit(125);
+  }
+  dsec_landlock_clear(&ll);
+}
+
 static char **json_to_strv(json_t *a)
 {
   size_t n = json_array_size(a);
@@ -680,8 +708,10 @@ static void init_exec_child(struct init_ctx *c, json_t *req, int *fds)
   /* everything inherited goes, but fd 3 (init's socket) until the filter's
    * listener is handed over, just before execve */
   syscall(SYS_close_range, 4U, ~0U, 0U);
-  if (c->fncall)
+  if (c->fncall) {
     fncall_enter(c, cwd ? cwd : "/");
+    fncall_landlock(c);
+  }
   if (cwd && chdir(cwd) < 0) {
     dprintf(2, "dsec: cannot enter %s: %s\n", cwd, strerror(errno));
     _exit(126);
@@ -788,6 +818,36 @@ struct stage1_args {
   bool fncall;
 };
 
+/* Landlock, once every mount is made: the container's init restricts
+ * itself, so every process of the sandbox is in the domain; fncall's
+ * calls mount their own /proc, /tmp and working directory first, so each
+ * makes its domain (fncall_landlock), and init only checks the plan.
+ * What is enforced, or why nothing, goes into the ready message. */
+static void init_landlock(struct init_ctx *c, json_t *spec, json_t *ready)
+{
+  _cleanup_error_ struct dsec_error *err = NULL;
+  _cleanup_free_ char *why = NULL;
+  struct dsec_landlock ll;
+  json_t *rec;
+
+  c->ll_abi = dsec_landlock_abi(&why);
+  if (!c->ll_abi) {
+    json_object_set_new(ready, "landlock_unavailable", json_string(why));
+    return;
+  }
+  if (dsec_landlock_plan(&ll, c->ll_abi, json_object_get(spec, "protect"),
+                         &err) < 0)
+    die_init(c->sock, "%s", err->msg);
+  if (!c->fncall && dsec_landlock_apply(&ll, &err) < 0)
+    die_init(c->sock, "%s", err->msg);
+  rec = dsec_landlock_to_json(&ll);
+  json_object_set_new(rec, "applied", json_string(c->fncall ? "call" : "init"));
+  json_object_set_new(ready, "landlock", rec);
+  dsec_landlock_clear(&ll);
+  if (c->fncall)
+    c->protect = json_incref(json_object_get(spec, "protect"));
+}
+
 _Noreturn static void run_init(struct stage1_args *a)
 {
   struct init_ctx c = { .sock = a->sock, .fncall = a->fncall };
@@ -821,9 +881,10 @@ _Noreturn static void run_init(struct stage1_args *a)
       dsec_seccomp_build(&c.filter_plain, false, &err) < 0)
     die_init(c.sock, "%s", err->msg);
   init_setup(&c, a->spec);
+  ready = json_pack("{s:s}", "op", "ready");
+  init_landlock(&c, a->spec, ready);
   /* nothing in the sandbox may read init's memory or attach to it */
   prctl(PR_SET_DUMPABLE, 0);
-  ready = json_pack("{s:s}", "op", "ready");
   {
     /* proxy mode: the proxy's port on the sandbox's own loopback, served by
      * the supervisor from outside through this socket */
@@ -983,6 +1044,8 @@ struct sup {
   int fan_fd;           /* fanotify on the mask files, or -1 */
   ino_t *mask_ino;      /* inode of each masked_paths entry's file */
   char *audit_off;      /* why opens of masked files are not recorded */
+  json_t *landlock;     /* what Landlock enforces (init's report), or NULL */
+  char *landlock_off;   /* why Landlock is not used at all, or NULL */
   struct watch w_fan;
   struct dsec_proxy *proxy;
   struct watch w_proxy;
@@ -2701,6 +2764,12 @@ _Noreturn void dsec_supervisor_main(struct dsec_container_opts *o)
       goto fail;
     }
     if (op && strcmp(op, "ready") == 0) {
+      const char *why =
+        json_string_value(json_object_get(m, "landlock_unavailable"));
+      if (json_is_object(json_object_get(m, "landlock")))
+        s->landlock = json_incref(json_object_get(m, "landlock"));
+      if (why)
+        s->landlock_off = xstrdup(why);
       json_decref(m);
       break;
     }
@@ -2781,6 +2850,11 @@ _Noreturn void dsec_supervisor_main(struct dsec_container_opts *o)
     json_object_set(s->state, "name", v);
   if (s->audit_off)
     json_object_set_new(s->state, "audit_unavailable", json_string(s->audit_off));
+  if (s->landlock)
+    json_object_set(s->state, "landlock", s->landlock);
+  if (s->landlock_off)
+    json_object_set_new(s->state, "landlock_unavailable",
+                        json_string(s->landlock_off));
   {
     _cleanup_free_ char *boot = dsec_boot_id();
     if (boot)

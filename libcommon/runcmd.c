@@ -627,7 +627,8 @@ static json_t *sandbox_record(const char *id, json_t *st)
   static const char *const keys[] = { "name",    "state",   "backend",
                                       "created", "ended",   "cause",
                                       "init_pid", "supervisor_pid",
-                                      "audit_unavailable", "accelerator",
+                                      "audit_unavailable",
+                                      "landlock_unavailable", "accelerator",
                                       "kernel", NULL };
   json_t *why = json_object_get(json_object_get(st, "cgroup"), "unavailable");
   for (const char *const *k = keys; *k; k++) {
@@ -1027,6 +1028,10 @@ static int create_sandbox(json_t *spec_in, const char *reuse_id,
       if (why && (json_object_get(r, "memory_mb") || json_object_get(r, "pids") ||
                   json_object_get(r, "cpus")))
         dsec_warn("%s: the limits asked for are not applied: %s", id,
+                  json_string_value(why));
+      why = json_object_get(*record, "landlock_unavailable");
+      if (why && json_array_size(json_object_get(spec, "protect")))
+        dsec_warn("%s: protect is enforced without Landlock: %s", id,
                   json_string_value(why));
     }
   }

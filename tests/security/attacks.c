@@ -4,6 +4,8 @@
  * Built static so it runs in the busybox image:
  *   gcc -static -O2 -o attack tests/security/attacks.c
  *
+ * tests/security/landlock.bats runs the protect, landlock and scope ones.
+ *
  * Every subcommand prints exactly one verdict line on stdout and exits:
  *   0  BLOCKED NAME: how it failed
  *   1  ESCAPED NAME: what succeeded
@@ -53,8 +55,10 @@
 #include <sys/timex.h>
 #include <sys/sysmacros.h>
 #include <sys/types.h>
+#include <sys/sendfile.h>
 #include <sys/uio.h>
 #include <sys/un.h>
+#include <sys/xattr.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -167,7 +171,8 @@ static const char *errname(int e)
     { EDQUOT, "EDQUOT" }, { ESRCH, "ESRCH" },         { ECONNREFUSED, "ECONNREFUSED" },
     { ENETUNREACH, "ENETUNREACH" }, { EXDEV, "EXDEV" }, { EAFNOSUPPORT, "EAFNOSUPPORT" },
     { ETIMEDOUT, "ETIMEDOUT" }, { EHOSTUNREACH, "EHOSTUNREACH" }, { EEXIST, "EEXIST" },
-    { ENOTDIR, "ENOTDIR" }, { EFAULT, "EFAULT" },
+    { ENOTDIR, "ENOTDIR" }, { EFAULT, "EFAULT" }, { EBUSY, "EBUSY" },
+    { ENOTEMPTY, "ENOTEMPTY" }, { E2BIG, "E2BIG" },
   };
   for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
     if (names[i].e == e)
@@ -1768,6 +1773,388 @@ static int a_diskfill(int argc, char **argv)
   return finish();
 }
 
+/* ------------------------------------------------------------ protect */
+
+/* The Landlock system calls and the constants they need (the static
+ * build may have headers older than the kernel). */
+#ifndef SYS_landlock_create_ruleset
+#define SYS_landlock_create_ruleset 444
+#define SYS_landlock_add_rule 445
+#define SYS_landlock_restrict_self 446
+#endif
+#define LL_CREATE_RULESET_VERSION (1U << 0)
+#define LL_ACCESS_FS_MAKE_BLOCK (1ULL << 11)
+
+/* A content for FILE that cannot be mistaken for its own. */
+static unsigned long long fnv1a(const char *path)
+{
+  unsigned long long h = 1469598103934665603ULL;
+  char buf[4096];
+  ssize_t n;
+  int fd = open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0)
+    fatal("open %s: %s", path, strerror(errno));
+  while ((n = read(fd, buf, sizeof buf)) > 0)
+    for (ssize_t i = 0; i < n; i++)
+      h = (h ^ (unsigned char) buf[i]) * 1099511628211ULL;
+  close(fd);
+  return h;
+}
+
+/* Checks an open that must fail; closes what got through. */
+static void check_open(const char *label, const char *path, int flags, ...)
+{
+  int e, want, first = 0;
+  va_list ap;
+  int fd = open(path, flags | O_CLOEXEC);
+  e = errno;
+  if (fd >= 0) {
+    escaped("%s of %s succeeded", label, path);
+    close(fd);
+    return;
+  }
+  va_start(ap, flags);
+  while ((want = va_arg(ap, int)) != 0) {
+    if (!first)
+      first = want;
+    if (e == want) {
+      blocked("%s: %s", label, strerror(e));
+      va_end(ap);
+      return;
+    }
+  }
+  va_end(ap);
+  unexpected("%s of %s failed with %s (%s), expected %s", label, path, errname(e),
+             strerror(e), errname(first));
+}
+
+/* protect FILE: every route the issue names for changing a protected
+ * file, all of which must fail, with the error of the layer meant to stop
+ * it: the read-only bind mount (EROFS), the parents pinned as mount
+ * points (EBUSY, EXDEV), Landlock (EACCES), seccomp (EPERM, EOPNOTSUPP),
+ * or the kernel's own rules for a read-only descriptor (EBADF, EINVAL,
+ * EACCES for a shared writable mapping).  FILE's content must not change. */
+static int a_protect(int argc, char **argv)
+{
+  const char *f;
+  char dir[4096], side[4200], path[64], *slash;
+  unsigned long long before;
+  struct stat st;
+  int ro, src, side_fd;
+  long r;
+
+  if (argc < 1)
+    fatal("usage: protect FILE");
+  f = argv[0];
+  before = fnv1a(f);
+  ro = open(f, O_RDONLY | O_CLOEXEC);
+  if (ro < 0 || fstat(ro, &st) < 0 || !S_ISREG(st.st_mode))
+    fatal("%s is not a readable regular file", f);
+  snprintf(dir, sizeof dir, "%s", f);
+  slash = strrchr(dir, '/');
+  if (!slash || slash == dir)
+    fatal("%s: give a file below a directory", f);
+  *slash = '\0';
+
+  /* content */
+  check_open("open(O_WRONLY)", f, O_WRONLY, EROFS, EACCES, 0);
+  check_open("open(O_RDWR)", f, O_RDWR, EROFS, EACCES, 0);
+  check_open("open(O_WRONLY|O_APPEND)", f, O_WRONLY | O_APPEND, EROFS, EACCES, 0);
+  check_open("open(O_RDONLY|O_TRUNC)", f, O_RDONLY | O_TRUNC, EROFS, EACCES, 0);
+  check_open("open(O_WRONLY|O_CREAT)", f, O_WRONLY | O_CREAT, EROFS, EACCES, 0);
+  snprintf(path, sizeof path, "/proc/self/fd/%d", ro);
+  check_open("reopen through /proc/self/fd for writing", path, O_WRONLY, EROFS,
+             EACCES, 0);
+  r = truncate(f, 0);
+  check("truncate", r, EROFS, EACCES, 0);
+  r = ftruncate(ro, 0);
+  check("ftruncate(read-only fd)", r, EINVAL, EBADF, 0);
+  r = fallocate(ro, 0, 0, 1 << 20);
+  check("fallocate(read-only fd)", r, EBADF, 0);
+  r = fallocate(ro, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, 0, 4096);
+  check("fallocate(PUNCH_HOLE)", r, EBADF, 0);
+  {
+    void *m = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_SHARED, ro, 0);
+    if (m != MAP_FAILED)
+      munmap(m, 4096);
+    check("mmap(PROT_WRITE, MAP_SHARED)", m == MAP_FAILED ? -1 : 0, EACCES, 0);
+  }
+
+  /* extents: clone, dedupe, swap, copy into it */
+  src = make_file("/tmp/protect-src", 65536);
+  r = ioctl(ro, FICLONE, src);
+  check("ioctl(FICLONE) onto it", r, EOPNOTSUPP, 0);
+  {
+    struct file_clone_range cr = { .src_fd = src, .src_length = 4096 };
+    r = ioctl(ro, FICLONERANGE, &cr);
+    check("ioctl(FICLONERANGE) onto it", r, EOPNOTSUPP, 0);
+  }
+  {
+    struct {
+      struct file_dedupe_range r;
+      struct file_dedupe_range_info info;
+    } dd;
+    memset(&dd, 0, sizeof dd);
+    dd.r.src_length = 4096;
+    dd.r.dest_count = 1;
+    dd.info.dest_fd = ro;
+    r = ioctl(src, FIDEDUPERANGE, &dd);
+    check("ioctl(FIDEDUPERANGE) onto it", r, EOPNOTSUPP, 0);
+  }
+  r = syscall(SYS_ioctl, ro, 0xc0c0586dUL, NULL);
+  check("ioctl(XFS_IOC_SWAPEXT)", r, EPERM, 0);
+  r = syscall(SYS_ioctl, ro, 0x40205881UL, NULL);
+  check("ioctl(XFS_IOC_EXCHANGE_RANGE)", r, EPERM, 0);
+  r = copy_file_range(src, NULL, ro, NULL, 4096, 0);
+  check("copy_file_range into it", r, EBADF, 0);
+  r = sendfile(ro, src, NULL, 4096);
+  check("sendfile into it", r, EBADF, EINVAL, 0);
+
+  /* names: replace, exchange, remove, link, move a parent away */
+  r = rename("/tmp/protect-src", f);
+  check("rename over it (from /tmp)", r, EXDEV, EBUSY, EROFS, EACCES, 0);
+  r = syscall(SYS_renameat2, AT_FDCWD, "/tmp/protect-src", AT_FDCWD, f,
+              RENAME_EXCHANGE);
+  check("renameat2(RENAME_EXCHANGE) (with /tmp)", r, EXDEV, EBUSY, EROFS, EACCES, 0);
+  /* a file beside it, where one can be made (not in fncall's read-only
+   * root) */
+  snprintf(side, sizeof side, "%s/.protect-side", dir);
+  side_fd = open(side, O_RDONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+  if (side_fd >= 0) {
+    close(side_fd);
+    r = rename(side, f);
+    check("rename over it (from its directory)", r, EBUSY, EROFS, EACCES, EXDEV, 0);
+    r = syscall(SYS_renameat2, AT_FDCWD, side, AT_FDCWD, f, RENAME_EXCHANGE);
+    check("renameat2(RENAME_EXCHANGE) (in its directory)", r, EBUSY, EROFS,
+          EACCES, EXDEV, 0);
+    unlink(side);
+  } else
+    note("no file can be made beside it (%s): same-directory renames not tried",
+         strerror(errno));
+  r = unlink(f);
+  check("unlink", r, EBUSY, EROFS, EACCES, 0);
+  r = rename(f, "/tmp/protect-moved");
+  check("rename it away", r, EXDEV, EBUSY, EROFS, EACCES, 0);
+  snprintf(side, sizeof side, "%s/.protect-link", dir);
+  r = link(f, side);
+  if (check("link(2) beside it", r, EXDEV, EROFS, EACCES, EPERM, 0))
+    unlink(side);
+  r = link(f, "/tmp/protect-link");
+  if (check("link(2) into /tmp", r, EXDEV, EROFS, EACCES, EPERM, 0))
+    unlink("/tmp/protect-link");
+  snprintf(side, sizeof side, "%s.moved", dir);
+  r = rename(dir, side);
+  if (check("rename its parent directory away", r, EBUSY, EROFS, EACCES, EXDEV, 0))
+    rename(side, dir);
+  r = rmdir(dir);
+  check("rmdir its parent", r, EBUSY, ENOTEMPTY, EROFS, EACCES, 0);
+
+  /* metadata */
+  r = chmod(f, 0777);
+  check("chmod", r, EROFS, 0);
+  r = chown(f, 1, 1);
+  check("chown", r, EROFS, EPERM, 0);
+  r = setxattr(f, "user.dsec", "x", 1, 0);
+  check("setxattr(user.dsec)", r, EROFS, EPERM, ENOTSUP, 0);
+  r = utimensat(AT_FDCWD, f, NULL, 0);
+  check("utimensat", r, EROFS, 0);
+
+  /* by handle, and by mounting over it */
+  {
+    struct {
+      struct file_handle fh;
+      unsigned char bytes[128];
+    } h;
+    int mount_id;
+    memset(&h, 0, sizeof h);
+    h.fh.handle_bytes = sizeof h.bytes;
+    r = syscall(SYS_name_to_handle_at, AT_FDCWD, f, &h.fh, &mount_id, 0);
+    check("name_to_handle_at", r, EPERM, 0);
+    r = syscall(SYS_open_by_handle_at, ro, &h.fh, O_RDWR);
+    check("open_by_handle_at(O_RDWR)", r, EPERM, 0);
+  }
+  r = mount("tmpfs", f, "tmpfs", 0, NULL);
+  check("mount over it", r, EPERM, 0);
+  r = umount2(f, MNT_DETACH);
+  check("umount2 of its read-only bind", r, EPERM, 0);
+
+  close(src);
+  close(ro);
+  unlink("/tmp/protect-src");
+  if (fnv1a(f) != before)
+    escaped("the content of %s changed", f);
+  return finish();
+}
+
+/* protect_landlock FILE: the routes to FILE's content that Landlock alone
+ * must refuse, once its read-only bind mount is gone (the test takes it
+ * away from outside the sandbox).  Only EACCES is right: EROFS means the
+ * mount still answers, and the test does not test Landlock. */
+static int a_protect_landlock(int argc, char **argv)
+{
+  char alias[4200], *slash;
+  unsigned long long before;
+  int ro;
+  long r;
+
+  if (argc < 1)
+    fatal("usage: protect_landlock FILE");
+  before = fnv1a(argv[0]);
+  check_open("open(O_WRONLY)", argv[0], O_WRONLY, EACCES, 0);
+  check_open("open(O_RDWR)", argv[0], O_RDWR, EACCES, 0);
+  check_open("open(O_WRONLY|O_APPEND)", argv[0], O_WRONLY | O_APPEND, EACCES, 0);
+  check_open("open(O_RDONLY|O_TRUNC)", argv[0], O_RDONLY | O_TRUNC, EACCES, 0);
+  r = truncate(argv[0], 0);
+  check("truncate", r, EACCES, 0);
+  ro = open(argv[0], O_RDONLY | O_CLOEXEC);
+  if (ro < 0)
+    fatal("open %s: %s", argv[0], strerror(errno));
+  snprintf(alias, sizeof alias, "/proc/self/fd/%d", ro);
+  check_open("reopen through /proc/self/fd for writing", alias, O_WRONLY, EACCES, 0);
+  close(ro);
+  /* a second name in the same directory (Landlock lets it be made: the
+   * directory's rights): the inode is still not writable through it */
+  snprintf(alias, sizeof alias, "%s", argv[0]);
+  slash = strrchr(alias, '/');
+  if (!slash)
+    fatal("%s: give an absolute path", argv[0]);
+  snprintf(slash + 1, sizeof alias - (size_t) (slash + 1 - alias), ".landlock-alias");
+  if (link(argv[0], alias) == 0) {
+    check_open("open(O_WRONLY) through a hard link beside it", alias, O_WRONLY,
+               EACCES, 0);
+    r = truncate(alias, 0);
+    check("truncate through a hard link beside it", r, EACCES, 0);
+    unlink(alias);
+  } else
+    note("link beside it: %s", strerror(errno));
+  /* into a directory where new files are writable: Landlock refuses a
+   * reparenting that gains rights (EXDEV), the mounts too */
+  r = link(argv[0], "/tmp/landlock-alias");
+  if (check("link(2) into /tmp", r, EXDEV, 0)) {
+    check_open("open(O_WRONLY) through the link in /tmp", "/tmp/landlock-alias",
+               O_WRONLY, EACCES, 0);
+    unlink("/tmp/landlock-alias");
+  }
+  if (fnv1a(argv[0]) != before)
+    escaped("the content of %s changed", argv[0]);
+  return finish();
+}
+
+/* landlock_domain: this process is in a Landlock domain.  A process can
+ * stack at most 16 domains (LANDLOCK_MAX_NUM_LAYERS); a child counts how
+ * many more it can add (E2BIG past the last), which tells how many it was
+ * born with. */
+static int a_landlock_domain(int argc, char **argv)
+{
+  int p[2], status, added = 0;
+  long abi;
+  pid_t pid;
+  (void) argc, (void) argv;
+
+  abi = syscall(SYS_landlock_create_ruleset, NULL, 0, LL_CREATE_RULESET_VERSION);
+  if (abi < 1)
+    fatal("no Landlock here: %s", strerror(errno));
+  if (pipe(p) < 0)
+    fatal("pipe: %s", strerror(errno));
+  pid = fork();
+  if (pid < 0)
+    fatal("fork: %s", strerror(errno));
+  if (pid == 0) {
+    uint64_t handled = LL_ACCESS_FS_MAKE_BLOCK;
+    int n = 0;
+    int rs = (int) syscall(SYS_landlock_create_ruleset, &handled, sizeof handled, 0);
+    if (rs >= 0) {
+      prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0);
+      while (n < 64 && syscall(SYS_landlock_restrict_self, rs, 0) == 0)
+        n++;
+    }
+    n = rs < 0 || errno != E2BIG ? -errno : n;
+    if (write(p[1], &n, sizeof n) != (ssize_t) sizeof n)
+      _exit(1);
+    _exit(0);
+  }
+  close(p[1]);
+  if (read(p[0], &added, sizeof added) != (ssize_t) sizeof added)
+    fatal("the child did not answer");
+  waitpid(pid, &status, 0);
+  if (added < 0)
+    fatal("restrict_self failed: %s", strerror(-added));
+  note("ABI %ld; %d more domain layers could be stacked", abi, added);
+  if (added >= 16)
+    escaped("not in a Landlock domain (%d layers could be added)", added);
+  else
+    blocked("in a Landlock domain of %d layer(s)", 16 - added);
+  return finish();
+}
+
+/* scope_unix NAME: connect to the abstract unix socket @NAME, which a
+ * process outside the sandbox's Landlock domain listens on (in the
+ * sandbox's network namespace): the scope refuses it (EPERM). */
+static int a_scope_unix(int argc, char **argv)
+{
+  struct sockaddr_un su = { .sun_family = AF_UNIX };
+  size_t n;
+  int s, r, e;
+
+  if (argc < 1)
+    fatal("usage: scope_unix NAME");
+  n = strlen(argv[0]);
+  if (n + 1 >= sizeof su.sun_path)
+    fatal("name too long");
+  memcpy(su.sun_path + 1, argv[0], n);
+  s = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (s < 0)
+    fatal("socket: %s", strerror(errno));
+  r = connect(s, (struct sockaddr *) &su,
+              (socklen_t) (offsetof(struct sockaddr_un, sun_path) + 1 + n));
+  e = errno;
+  close(s);
+  if (r < 0 && e == ECONNREFUSED)
+    fatal("nothing listens on @%s", argv[0]);
+  errno = e;
+  check("connect(@NAME) outside the domain", r, EPERM, 0);
+  return finish();
+}
+
+/* scope_signal TAG: signal the process whose command line holds TAG, which
+ * is in the sandbox's PID namespace and runs as the sandbox's root but is
+ * outside its Landlock domain: the scope refuses it (EPERM). */
+static int a_scope_signal(int argc, char **argv)
+{
+  DIR *d;
+  struct dirent *de;
+  pid_t target = 0;
+  long r;
+
+  if (argc < 1)
+    fatal("usage: scope_signal TAG");
+  d = opendir("/proc");
+  if (!d)
+    fatal("opendir /proc: %s", strerror(errno));
+  while ((de = readdir(d)) && !target) {
+    char path[300], cmd[4096];
+    int len;
+    if (de->d_name[0] < '1' || de->d_name[0] > '9')
+      continue;
+    snprintf(path, sizeof path, "/proc/%s/cmdline", de->d_name);
+    len = read_file(path, cmd, sizeof cmd);
+    for (int i = 0; i < len; i++)
+      if (cmd[i] == '\0')
+        cmd[i] = ' ';
+    if (len > 0 && strstr(cmd, argv[0]) && atoi(de->d_name) != getpid())
+      target = atoi(de->d_name);
+  }
+  closedir(d);
+  if (!target)
+    fatal("no process with %s", argv[0]);
+  note("target pid %d", (int) target);
+  r = kill(target, 0);
+  check("kill(PID, 0)", r, EPERM, 0);
+  r = kill(target, SIGTERM);
+  check("kill(PID, SIGTERM)", r, EPERM, 0);
+  return finish();
+}
+
 /* ---------------------------------------------------------------- main */
 
 static const struct {
@@ -1816,6 +2203,11 @@ static const struct {
   { "forkbomb", a_forkbomb, "LIMIT" },
   { "membomb", a_membomb, "MB" },
   { "diskfill", a_diskfill, "PATH MB LIMIT_MB" },
+  { "protect", a_protect, "FILE" },
+  { "protect_landlock", a_protect_landlock, "FILE" },
+  { "landlock_domain", a_landlock_domain, "" },
+  { "scope_unix", a_scope_unix, "NAME" },
+  { "scope_signal", a_scope_signal, "TAG" },
 };
 
 int main(int argc, char **argv)

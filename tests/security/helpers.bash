@@ -1,4 +1,4 @@
-# Helpers for tests/security/baseline.bats: the attack binary, one store
+# Helpers for tests/security/*.bats: the attack binary, one store
 # for the whole file, sandboxes that are always removed, host services to
 # attack, and a snapshot of host state to compare at the end.
 #
@@ -39,8 +39,10 @@ host_state() {
     sha256sum | sed 's/^/layers=/' 
 }
 
-sec_setup_file() {
-  local port d
+# The file's store with the busybox image, and the attack program in
+# bin/ (both files of tests/security use it).
+sec_setup_attack() {
+  local d
   sec_env
   # the sandbox's root is an unprivileged host uid that must traverse
   # DSEC_RUN to reach its root file system: bats makes its directories 0700
@@ -51,14 +53,21 @@ sec_setup_file() {
   done
   # the attack program, static so it runs in the busybox image
   gcc -static -O2 -o "$BATS_FILE_TMPDIR/attack" "$BATS_TEST_DIRNAME/attacks.c"
-  mkdir -p "$BATS_FILE_TMPDIR/bin" "$BATS_FILE_TMPDIR/suid"
+  mkdir -p "$BATS_FILE_TMPDIR/bin"
   install -m 0755 "$BATS_FILE_TMPDIR/attack" "$BATS_FILE_TMPDIR/bin/attack"
-  chmod 0755 "$BATS_FILE_TMPDIR/bin" "$BATS_FILE_TMPDIR/suid"
-  install -m 04755 -o root -g root /bin/busybox "$BATS_FILE_TMPDIR/suid/busybox"
+  chmod 0755 "$BATS_FILE_TMPDIR/bin"
   : >"$BATS_FILE_TMPDIR/all-sandboxes"
 
   dsec-pull --name busybox "tar:$(busybox_tar)" |
     jq -r '.layers[0].digest | ltrimstr("sha256:")' >"$BATS_FILE_TMPDIR/busybox.layer"
+}
+
+sec_setup_file() {
+  local port
+  sec_setup_attack
+  mkdir -p "$BATS_FILE_TMPDIR/suid"
+  chmod 0755 "$BATS_FILE_TMPDIR/suid"
+  install -m 04755 -o root -g root /bin/busybox "$BATS_FILE_TMPDIR/suid/busybox"
 
   # a web server on the host's loopback; the sandbox must not reach it
   mkdir -p "$BATS_FILE_TMPDIR/www"
