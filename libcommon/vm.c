@@ -69,6 +69,9 @@
 #define MSG_MAX (64u << 20)
 #define VM_OVERHEAD_MB 256  /* QEMU beyond the guest's RAM */
 #define VM_QEMU_PIDS 512    /* QEMU's threads */
+#define GUEST_GRACE_MS 15000 /* after an exec's timeout, for the agent's answer */
+#define CONSOLE_HEAD (1u << 20) /* console.log keeps the first MiB ... */
+#define CONSOLE_TAIL 65536      /* ... and the last 64 KiB */
 
 const char *dsec_vm_qemu(void)
 {
@@ -162,6 +165,7 @@ struct vjob {
   json_t *req;   /* as recorded */
   json_t *seq;   /* borrowed from req */
   double start;
+  double deadline; /* past it the guest is overdue (0: no timeout) */
 };
 
 struct vclient {
@@ -175,6 +179,10 @@ struct vm {
   json_t *spec, *state, *base_env;
   const char *accel, *backend;
   int epfd, sfd, lsock, agent, qmp, events_fd, console_fd, run_fd;
+  int console_in;           /* the read end of QEMU's serial console */
+  uint64_t console_written, console_dropped;
+  char *console_tail;       /* ring of the last CONSOLE_TAIL bytes dropped */
+  size_t tail_pos, tail_len;
   pid_t qemu;
   struct dsec_cgroup *cg;
   struct dsec_proxy *proxy; /* network proxy mode, else NULL */
@@ -659,6 +667,66 @@ fail:
   return -1;
 }
 
+/* The guest's console: console.log gets its first MiB; past that only the
+ * last 64 KiB are kept (a guest that writes without end cannot fill the
+ * host's disk), and written out with the count of what went when the VM
+ * ends, so the last lines (a panic) are always there. */
+static void console_read(struct vm *v)
+{
+  char buf[65536];
+  for (;;) {
+    ssize_t n = read(v->console_in, buf, sizeof buf);
+    size_t head;
+    if (n <= 0)
+      return;
+    head = v->console_written < CONSOLE_HEAD
+             ? (size_t) n < CONSOLE_HEAD - v->console_written
+                 ? (size_t) n
+                 : CONSOLE_HEAD - v->console_written
+             : 0;
+    if (head && write(v->console_fd, buf, head) > 0)
+      v->console_written += head;
+    for (size_t i = head; i < (size_t) n; i++) {
+      if (!v->console_tail)
+        v->console_tail = xmalloc(CONSOLE_TAIL);
+      v->console_tail[v->tail_pos] = buf[i];
+      v->tail_pos = (v->tail_pos + 1) % CONSOLE_TAIL;
+      if (v->tail_len < CONSOLE_TAIL)
+        v->tail_len++;
+      v->console_dropped++;
+    }
+  }
+}
+
+static void console_flush(struct vm *v)
+{
+  char note[128];
+  size_t start;
+  int len;
+
+  if (v->console_in >= 0)
+    console_read(v);
+  if (!v->tail_len)
+    return;
+  len = snprintf(note, sizeof note, "\n[dsec: %llu bytes of console output "
+                                    "dropped; the last %zu follow]\n",
+                 (unsigned long long) (v->console_dropped - v->tail_len),
+                 v->tail_len);
+  if (write(v->console_fd, note, (size_t) len) < 0)
+    return;
+  start = (v->tail_pos + CONSOLE_TAIL - v->tail_len) % CONSOLE_TAIL;
+  for (size_t done = 0; done < v->tail_len;) {
+    size_t chunk = CONSOLE_TAIL - (start + done) % CONSOLE_TAIL;
+    if (chunk > v->tail_len - done)
+      chunk = v->tail_len - done;
+    if (write(v->console_fd, v->console_tail + (start + done) % CONSOLE_TAIL,
+              chunk) < 0)
+      return;
+    done += chunk;
+  }
+  v->tail_len = 0;
+}
+
 /* ---- the agent */
 
 static int agent_send(struct vm *v, json_t *m, const char *payload, size_t plen)
@@ -781,6 +849,8 @@ static json_t *agent_wait(struct vm *v, const char *op, int timeout_ms,
         dsec_fail(err, 0, "the VM ended while starting (see console.log)");
         return NULL;
       }
+      if (v->console_in >= 0)
+        console_read(v);
       if (poll(&pf, 1, left < 200 ? left : 200) > 0 && !agent_read(v)) {
         dsec_fail(err, 0, "QEMU closed the agent's port");
         return NULL;
@@ -866,6 +936,10 @@ static void job_start(struct vm *v, struct vclient *cl, json_t *req)
   j->xid = ++v->next_xid;
   j->cl = cl;
   j->start = dsec_now_ms();
+  if (json_number_value(json_object_get(j->req, "timeout_s")) > 0)
+    j->deadline = j->start +
+                  json_number_value(json_object_get(j->req, "timeout_s")) * 1000 +
+                  GUEST_GRACE_MS;
   cl->job = j;
   v->jobs = xrealloc(v->jobs, sizeof *v->jobs * (v->njobs + 1));
   v->jobs[v->njobs++] = j;
@@ -924,6 +998,10 @@ static void job_done(struct vm *v, json_t *m, const char *payload)
                          dsec_now_ms() - j->start);
   if (error)
     json_object_set_new(res, "error", json_string(error));
+  if (json_is_true(json_object_get(m, "overdue")))
+    json_object_set_new(res, "error",
+                        json_string("the guest did not end the command by its "
+                                    "deadline"));
   json_object_set_new(res, "accelerator", json_string(v->accel));
   {
     _cleanup_error_ struct dsec_error *e = NULL;
@@ -1014,6 +1092,7 @@ static _Noreturn void vm_end(struct vm *v, const char *state, const char *cause)
     while (waitpid(v->qemu, NULL, 0) < 0 && errno == EINTR)
       ;
   }
+  console_flush(v);
   if (v->cg) {
     _cleanup_error_ struct dsec_error *e = NULL;
     if (dsec_cgroup_destroy(v->cg, &e) < 0)
@@ -1043,6 +1122,7 @@ static void qemu_exited(struct vm *v)
   if (v->qemu <= 0 || waitpid(v->qemu, &st, WNOHANG) != v->qemu)
     return;
   v->qemu = 0;
+  console_flush(v);
   cause = console_cause(v);
   if (!cause && WIFSIGNALED(st) && WTERMSIG(st) == SIGKILL &&
       dsec_cgroup_oom_kills(v->cg) > 0)
@@ -1307,6 +1387,22 @@ static void accept_clients(struct vm *v)
   }
 }
 
+/* An exec the agent did not answer for long past its timeout: the guest
+ * is stuck, or its root stopped the agent from ending it.  The answer is
+ * a timeout all the same, and everything in the guest is killed. */
+static void job_overdue(struct vm *v, struct vjob *j)
+{
+  json_t *m = json_pack("{s:s, s:I, s:i, s:b, s:b}", "op", "result", "id",
+                        (json_int_t) j->xid, "status", SIGKILL, "timed_out",
+                        true, "overdue", true);
+  agent_send(v, json_pack("{s:s, s:i}", "op", "kill", "signal", SIGKILL), NULL, 0);
+  vm_event(v, json_pack("{s:s, s:O, s:s}", "type", "guest_unresponsive", "seq",
+                        j->seq ? j->seq : json_null(), "cause",
+                        "no answer by the exec's deadline"));
+  job_done(v, m, "");
+  json_decref(m);
+}
+
 static void vm_loop(struct vm *v)
 {
   for (;;) {
@@ -1327,6 +1423,18 @@ static void vm_loop(struct vm *v)
       if (timeout < 0 || left < timeout)
         timeout = (int) left + 1;
     }
+    for (size_t k = 0; k < v->njobs; k++) {
+      double left = v->jobs[k]->deadline - now;
+      if (v->jobs[k]->deadline <= 0)
+        continue;
+      if (left <= 0) {
+        job_overdue(v, v->jobs[k]);
+        k = (size_t) -1; /* the list changed: look again */
+        continue;
+      }
+      if (timeout < 0 || left < timeout)
+        timeout = (int) left + 1;
+    }
     n = epoll_wait(v->epfd, evs, 32, timeout);
     for (int i = 0; i < n; i++) {
       void *p = evs[i].data.ptr;
@@ -1340,6 +1448,8 @@ static void vm_loop(struct vm *v)
         qemu_exited(v);
       } else if (p == &v->agent) {
         agent_readable(v);
+      } else if (p == &v->console_in) {
+        console_read(v);
       } else {
         /* a client: it may be gone (closed earlier in this batch) */
         for (size_t k = 0; k < v->nclients; k++)
@@ -1404,7 +1514,7 @@ _Noreturn void dsec_vm_supervisor_main(struct dsec_container_opts *o)
   _cleanup_close_ int snap = -1;
   _cleanup_json_ json_t *uuids = json_array();
   char **pmem = NULL;
-  int go[2] = { -1, -1 }, net[2] = { -1, -1 };
+  int go[2] = { -1, -1 }, net[2] = { -1, -1 }, cons[2] = { -1, -1 };
   sigset_t mask;
   json_t *args, *ready, *x;
 
@@ -1414,7 +1524,7 @@ _Noreturn void dsec_vm_supervisor_main(struct dsec_container_opts *o)
   v->dir = dsec_sandbox_dir(o->id);
   v->run = dsec_sandbox_run_dir(o->id);
   v->epfd = v->sfd = v->lsock = v->agent = v->qmp = v->events_fd = -1;
-  v->console_fd = v->run_fd = v->net_chan = -1;
+  v->console_fd = v->run_fd = v->net_chan = v->console_in = -1;
   v->traj.fd = -1;
   v->accel = dsec_vm_accelerator();
   v->workdir = json_string_value(json_object_get(o->spec, "workdir"));
@@ -1477,7 +1587,8 @@ _Noreturn void dsec_vm_supervisor_main(struct dsec_container_opts *o)
 
   /* 2. QEMU */
   if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, agent) < 0 ||
-      socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, mon) < 0) {
+      socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, mon) < 0 ||
+      pipe2(cons, O_CLOEXEC) < 0) {
     dsec_fail(&err, errno, "cannot create QEMU's channels");
     goto fail;
   }
@@ -1514,7 +1625,7 @@ _Noreturn void dsec_vm_supervisor_main(struct dsec_container_opts *o)
     goto fail;
   }
   if (v->qemu == 0) {
-    int fds[5] = { agent[1], mon[1], v->console_fd, snap, net[1] };
+    int fds[5] = { agent[1], mon[1], cons[1], snap, net[1] };
     _cleanup_free_ char *qlog = xasprintf("%s/qemu.log", v->dir);
     char c;
     /* in its cgroup before it allocates anything */
@@ -1535,6 +1646,9 @@ _Noreturn void dsec_vm_supervisor_main(struct dsec_container_opts *o)
   json_decref(args);
   close(agent[1]);
   close(mon[1]);
+  close(cons[1]);
+  v->console_in = cons[0];
+  fcntl(v->console_in, F_SETFL, O_NONBLOCK);
   if (net[1] >= 0)
     close(net[1]);
   v->agent = agent[0];
@@ -1611,10 +1725,12 @@ _Noreturn void dsec_vm_supervisor_main(struct dsec_container_opts *o)
     struct epoll_event e1 = { .events = EPOLLIN, .data.ptr = &v->lsock };
     struct epoll_event e2 = { .events = EPOLLIN, .data.ptr = &v->sfd };
     struct epoll_event e3 = { .events = EPOLLIN, .data.ptr = &v->agent };
+    struct epoll_event e4 = { .events = EPOLLIN, .data.ptr = &v->console_in };
     if (v->epfd < 0 || v->sfd < 0 ||
         epoll_ctl(v->epfd, EPOLL_CTL_ADD, v->lsock, &e1) < 0 ||
         epoll_ctl(v->epfd, EPOLL_CTL_ADD, v->sfd, &e2) < 0 ||
-        epoll_ctl(v->epfd, EPOLL_CTL_ADD, v->agent, &e3) < 0) {
+        epoll_ctl(v->epfd, EPOLL_CTL_ADD, v->agent, &e3) < 0 ||
+        epoll_ctl(v->epfd, EPOLL_CTL_ADD, v->console_in, &e4) < 0) {
       dsec_fail(&err, errno, "cannot set up the event loop");
       goto fail;
     }

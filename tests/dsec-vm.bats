@@ -265,6 +265,9 @@ qemu_pids() {
   run -1 dsec-vm exec "$id" -- umount /grader
   run -1 dsec-vm exec "$id" -- mount -o remount,rw /grader
   [ "$(vm_out "$id" cat /grader/test.py)" = "assert 1" ]
+  # no raw disk to write around the overlay, no PID 1 memory to write
+  [ -z "$(vm_out "$id" sh -c 'ls /dev | grep -E "^(vd|pmem|vport)" || true')" ]
+  run -1 dsec-vm exec "$id" -- sh -c 'echo x > /proc/1/mem'
   run -1 dsec-vm exec "$id" -- cat /answers/a.txt
   [ "$(vm_out "$id" ls -A /answers)" = "" ]
 }
@@ -376,4 +379,23 @@ qemu_pids() {
   dsec-vm suspend "$id" >/dev/null
   dsec-vm resume "$id" >/dev/null
   [ "$(vm_out "$id" wget -q -O- "http://127.0.0.1:$port/answer.txt")" = the-solution ]
+}
+
+@test "a guest cannot fill the host's disk through its console, nor hang an exec past its deadline" {
+  require_vm
+  local id q
+  id=$(vm_create)
+  dsec-vm exec --timeout 120 "$id" -- sh -c 'head -c 1500000 /dev/zero | tr "\0" x > /dev/console'
+  [ "$(stat -c %s "$DSEC_ROOT/sandboxes/$id/console.log")" -le $((1 << 20)) ]
+  # the agent's ports are not in the guest's /dev
+  [ -z "$(vm_out "$id" sh -c 'ls /dev | grep ^vport || true')" ]
+  # a guest that does not answer (QEMU stopped here) is a timeout 15 s
+  # after the exec's own, and the VM goes on afterwards
+  q=$(qemu_pids)
+  kill -STOP "$q"
+  run -124 dsec-vm exec --timeout 1 "$id" -- sleep 5
+  kill -CONT "$q"
+  jq -e '.timed_out == true and (.error | test("deadline"))' <<<"$output"
+  dsec-vm events "$id" | jq -se 'any(.type == "guest_unresponsive")'
+  [ "$(vm_out "$id" echo alive)" = alive ]
 }

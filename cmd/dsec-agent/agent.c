@@ -295,6 +295,26 @@ static void protect_and_hide(json_t *setup)
   }
 }
 
+/* The device nodes a command has no business with go from /dev: the
+ * agent's ports (it keeps them open), and with protect or hide the disks
+ * (their file systems stay mounted), so that a root without CAP_MKNOD
+ * cannot write around the agent or under the overlay. */
+static void hide_devices(void)
+{
+  DIR *d = opendir("/dev");
+  struct dirent *e;
+  while (d && (e = readdir(d))) {
+    bool chan = strncmp(e->d_name, "vport", 5) == 0 ||
+                strcmp(e->d_name, "hvc0") == 0;
+    bool disk = strncmp(e->d_name, "vd", 2) == 0 ||
+                strncmp(e->d_name, "pmem", 4) == 0;
+    if (chan || (restricted && disk))
+      unlinkat(dirfd(d), e->d_name, 0);
+  }
+  if (d)
+    closedir(d);
+}
+
 /* Builds the root: layers bottom to top, the writable disk, the overlay,
  * then the usual kernel file systems inside it, and moves into it. */
 static void setup_root(json_t *setup)
@@ -371,6 +391,7 @@ static void setup_root(json_t *setup)
       mkdirs(wd, 0755);
   }
   protect_and_hide(setup);
+  hide_devices();
   if (sethostname("dsec", 4) < 0)
     logmsg("cannot set the host name: %s", strerror(errno));
   loopback_up();
@@ -475,9 +496,12 @@ struct job {
 };
 
 static struct job *jobs;
+/* what the guest's root loses when protect or hide is asked for: the
+ * means to unmount them, to reach around them (raw disks, PID 1's memory)
+ * or to change the kernel under them */
 static uint64_t last_caps_drop[] = { CAP_SYS_ADMIN, CAP_SYS_MODULE,
                                      CAP_SYS_RAWIO, CAP_MKNOD,
-                                     CAP_SYS_BOOT };
+                                     CAP_SYS_BOOT, CAP_SYS_PTRACE };
 
 static uint64_t oom_kills(void)
 {
