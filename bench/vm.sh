@@ -9,7 +9,10 @@
 #  - fork --count 2;
 #  - host memory (PSS of the QEMU processes) of BENCH_VMS idle VMs after
 #    each wrote and freed 128 MiB in its page cache, with free page
-#    reporting on (the default) and off.
+#    reporting on (the default) and off;
+#  - host memory of BENCH_VMS vm (q35) guests that each read the same
+#    96 MiB layer, its layers on virtio-blk (each guest caches its own
+#    copy) and with --pmem (DAX: the guests map the host's page cache).
 #
 # The accelerator (kvm or tcg) is printed with the table: under TCG every
 # figure is that of an emulated CPU.
@@ -56,6 +59,7 @@ ratio() { bc -l <<<"$1/$2" | xargs printf '%.2fx'; }
 # the first create builds the kernel and initramfs cache: not timed
 id=$(dsec-vm create --image busybox:bench | jq -r .id)
 accel=$(dsec-vm inspect "$id" | jq -r .accelerator)
+guest=$(dsec-vm inspect "$id" | jq -r .kernel)
 kernel_dir=$(dirname "$(ls "$DSEC_STORE"/vm/*/vmlinux | head -1)")
 dsec-vm rm "$id" >/dev/null
 
@@ -150,8 +154,30 @@ for fpr in 1 0; do
   dsec-vm rm "${ids[@]}" >/dev/null
 done
 
+# --- one layer read by every VM: virtio-blk vs virtio-pmem with DAX --------
+mkdir -p "$work/data/data"
+for i in $(seq 12); do head -c 8m /dev/urandom >"$work/data/data/f$i"; done
+dsec-layer create --dir "$work/data" --name bench/data@1 >/dev/null
+for how in blk pmem; do
+  ids=()
+  for i in $(seq "$VMS"); do
+    ids+=("$(dsec-vm create --image busybox:bench --layer bench/data@1 --backend vm \
+      --memory 512 $([ "$how" = pmem ] && echo --pmem) | jq -r .id)")
+  done
+  for id in "${ids[@]}"; do
+    dsec-vm exec "$id" -- sh -c 'cat /data/* > /dev/null' >/dev/null
+  done
+  sleep 3
+  kib=$(pss_kib)
+  mem_rows+=("$(printf '%-40s %10d %10d' "$VMS vm guests read 96 MiB, $how" "$((kib >> 10))" "$((kib / VMS >> 10))")")
+  eval "pss_$how=$kib"
+  dsec-vm rm "${ids[@]}" >/dev/null
+done
+mem_rows+=("$(printf '%-40s %21s' "  pmem+DAX vs virtio-blk (total)" \
+  "$(bc -l <<<"($pss_pmem - $pss_blk) * 100 / $pss_blk" | xargs printf '%+.1f%%')")")
+
 echo
-echo "dsec-vm: accelerator $accel, N=$N, $(nproc) cores, host $(uname -r), guest $(basename "$kernel_dir"), $(date -u +%FT%TZ)"
+echo "dsec-vm: accelerator $accel, N=$N, $(nproc) cores, host $(uname -r), guest $guest, $(date -u +%FT%TZ)"
 printf '%-40s %10s %10s\n' case "p50 ms" "p99 ms"
 printf '%s\n' "${rows[@]}"
 printf '%-40s %10s %10s\n' "host memory (PSS of QEMU)" "total MiB" "per VM"

@@ -1418,8 +1418,19 @@ static void vm_loop(struct vm *v)
     }
     if (v->idle_s > 0 && v->njobs == 0) {
       double left = v->last_activity_ms + (double) v->idle_s * 1000 - now;
-      if (left <= 0)
+      if (left <= 0) {
+        const char *action = json_string_value(json_object_get(v->spec,
+                                                               "idle_action"));
+        if (action && strcmp(action, "suspend") == 0) {
+          /* idle_action suspend: the whole VM to vm.snap, resumable */
+          bool ended = false;
+          json_decref(vm_suspend(v, &ended));
+          if (ended)
+            vm_end(v, "suspended", "idle");
+          /* a failed migration: removed as an idle VM */
+        }
         vm_end(v, "expired", "idle");
+      }
       if (timeout < 0 || left < timeout)
         timeout = (int) left + 1;
     }
@@ -1712,6 +1723,16 @@ _Noreturn void dsec_vm_supervisor_main(struct dsec_container_opts *o)
       dsec_error_wrap(&err, "%s", cause);
     goto fail;
   }
+  if (json_array_size(json_object_get(ready, "missing"))) {
+    /* as in a container: a path to protect that is not there is the
+     * spec's mistake, not something to skip */
+    dsec_bad_input(&err, "protect: %s does not exist in the sandbox",
+                   json_string_value(json_array_get(json_object_get(ready,
+                                                                    "missing"),
+                                                    0)));
+    json_decref(ready);
+    goto fail;
+  }
 
   /* 4. serve */
   v->run_fd = open(v->run, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
@@ -1773,6 +1794,8 @@ _Noreturn void dsec_vm_supervisor_main(struct dsec_container_opts *o)
     vm_event(v, json_pack("{s:s, s:s, s:s, s:O}", "type", "created", "backend",
                           v->backend, "accelerator", v->accel, "labels",
                           json_object_get(o->spec, "labels")));
+  /* idle from now on: a boot is not idleness */
+  v->last_activity_ms = dsec_now_ms();
   dsec_supervisor_report(o->ready_fd, json_pack("{s:b}", "ok", true));
   close(o->ready_fd);
   o->ready_fd = -1;

@@ -399,3 +399,30 @@ qemu_pids() {
   dsec-vm events "$id" | jq -se 'any(.type == "guest_unresponsive")'
   [ "$(vm_out "$id" echo alive)" = alive ]
 }
+
+@test "run --attach writes the command's output; a protect path that is not there is bad input (3)" {
+  require_vm
+  run -3 --separate-stderr dsec-vm run --rm --attach --image busybox:1 -- \
+    sh -c 'echo out; echo err >&2; exit 3'
+  [ "$output" = out ]
+  [ "$stderr" = err ]
+  run -3 --separate-stderr dsec-vm create --image busybox:1 --protect /no/such/grader
+  [[ $stderr == *"/no/such/grader does not exist"* ]]
+  sb_track
+  [ -z "$(dsec-vm ps | jq -r .id)" ]
+}
+
+@test "idle_action suspend: an idle VM is suspended to a file, and resumes with its state" {
+  require_vm
+  local id
+  printf '{"image":"busybox:1","idle_timeout_s":3,"idle_action":"suspend"}' \
+    >"$BATS_TEST_TMPDIR/spec.json"
+  id=$(dsec-vm create --spec "$BATS_TEST_TMPDIR/spec.json" | jq -r .id)
+  echo "$id" >>"$SB_IDS"
+  dsec-vm exec "$id" -- sh -c 'echo before > /state'
+  sb_wait_state "$id" suspended 300
+  [ -s "$DSEC_ROOT/sandboxes/$id/vm.snap" ]
+  [ -z "$(qemu_pids)" ]
+  dsec-vm resume "$id" >/dev/null
+  [ "$(vm_out "$id" cat /state)" = before ]
+}

@@ -260,18 +260,25 @@ static void loopback_up(void)
  * or an unreadable empty file.  Execs lose CAP_SYS_ADMIN when either is
  * asked for, so the guest's root cannot simply unmount them. */
 static bool restricted;
+static json_t *missing; /* protect paths that are not there */
 
 static void protect_and_hide(json_t *setup)
 {
   json_t *v;
   size_t i;
+  missing = json_array();
   json_array_foreach(json_object_get(setup, "protect"), i, v)
   {
     const char *p = json_string_value(v);
+    struct stat st;
+    restricted = true;
+    if (p && lstat(p, &st) < 0) {
+      json_array_append_new(missing, json_string(p));
+      continue;
+    }
     if (!p || mount(p, p, NULL, MS_BIND | MS_REC, NULL) < 0 ||
         mount(NULL, p, NULL, MS_REMOUNT | MS_BIND | MS_RDONLY, NULL) < 0)
       logmsg("cannot protect %s: %s", p ? p : "?", strerror(errno));
-    restricted = true;
   }
   json_array_foreach(json_object_get(setup, "hide"), i, v)
   {
@@ -934,8 +941,9 @@ int main(void)
     start_proxy_relay();
   json_decref(setup);
   uname(&u);
-  send_msg(json_pack("{s:s, s:s}", "op", "ready", "kernel", u.release), NULL,
-           0, NULL, 0);
+  send_msg(json_pack("{s:s, s:s, s:o}", "op", "ready", "kernel", u.release,
+                     "missing", missing ? missing : json_array()),
+           NULL, 0, NULL, 0);
   serve();
   return 0;
 }
