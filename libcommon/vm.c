@@ -35,6 +35,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <grp.h>
+#include <limits.h>
 #include <sys/epoll.h>
 #include <sys/ioctl.h>
 #include <sys/mount.h>
@@ -352,12 +354,48 @@ static void argv_add(json_t *a, const char *fmt, ...)
   free(s);
 }
 
-/* QEMU's command line.  fds: 3 the agent's port, 4 the monitor, 5 the
- * console, 6 a snapshot to restore, 7 the network port (proxy mode).  pmem: the layers' pmem images
+/* QEMU's command line.  fds: 3 the agent's port, 4 the monitor, 5 (and
+ * stdout) the console, 6 a snapshot to restore, 7 the network port
+ * (proxy mode), 8 on the files (qfile).  pmem: the layers' pmem images
  * (backend vm with --pmem), else NULL. */
+/* The files QEMU opens, each handed over as a descriptor (8, 9, ...) and
+ * named to it as /dev/fd/N: in its own root it sees no host path. */
+#define QFILE_FIRST 8
+struct qfiles {
+  int fd[64];
+  size_t n;
+};
+
+/* Opens path for QEMU; returns the name QEMU uses for it (new), or NULL
+ * with an error. */
+static char *qfile(struct qfiles *f, const char *path, int flags,
+                   struct dsec_error **err)
+{
+  int fd;
+  if (f->n == ARRAY_SIZE(f->fd)) {
+    dsec_fail(err, EMFILE, "too many files for QEMU");
+    return NULL;
+  }
+  fd = open(path, flags | O_CLOEXEC);
+  if (fd < 0) {
+    dsec_fail(err, errno, "cannot open %s", path);
+    return NULL;
+  }
+  f->fd[f->n] = fd;
+  return xasprintf("/dev/fd/%zu", QFILE_FIRST + f->n++);
+}
+
+static void qfiles_close(struct qfiles *f)
+{
+  for (size_t i = 0; i < f->n; i++)
+    close(f->fd[i]);
+  f->n = 0;
+}
+
 static json_t *qemu_argv(struct vm *v, struct dsec_vm_boot *boot,
                          char **layers, size_t n_layers, char **pmem,
-                         bool restore)
+                         bool restore, struct qfiles *qf,
+                         struct dsec_error **err)
 {
   json_t *a = json_array();
   json_t *r = json_object_get(v->spec, "resources");
@@ -403,10 +441,18 @@ static json_t *qemu_argv(struct vm *v, struct dsec_vm_boot *boot,
   argv_add(a, "-sandbox");
   argv_add(a, "on,obsolete=deny,elevateprivileges=deny,spawn=deny,"
               "resourcecontrol=deny");
-  argv_add(a, "-kernel");
-  argv_add(a, "%s", boot->kernel);
-  argv_add(a, "-initrd");
-  argv_add(a, "%s", boot->initramfs);
+  {
+    _cleanup_free_ char *k = qfile(qf, boot->kernel, O_RDONLY, err);
+    _cleanup_free_ char *i = k ? qfile(qf, boot->initramfs, O_RDONLY, err) : NULL;
+    if (!i) {
+      json_decref(a);
+      return NULL;
+    }
+    argv_add(a, "-kernel");
+    argv_add(a, "%s", k);
+    argv_add(a, "-initrd");
+    argv_add(a, "%s", i);
+  }
   argv_add(a, "-append");
   {
     /* swiotlb=noforce: DAX mappings of pmem must not be bounced */
@@ -417,8 +463,10 @@ static json_t *qemu_argv(struct vm *v, struct dsec_vm_boot *boot,
       argv_add(a, "console=ttyS0 quiet panic=-1 reboot=t tsc_early_khz=%lu%s",
                tsc_khz(), extra);
   }
+  /* the console is QEMU's stdout, a pipe to us (a pipe cannot be
+   * reopened through /dev/fd by another user) */
   argv_add(a, "-chardev");
-  argv_add(a, "file,id=con,path=/dev/fd/5,append=on");
+  argv_add(a, "stdio,id=con,signal=off");
   argv_add(a, "-serial");
   argv_add(a, "chardev:con");
   argv_add(a, "-chardev");
@@ -440,23 +488,40 @@ static json_t *qemu_argv(struct vm *v, struct dsec_vm_boot *boot,
   argv_add(a, "chardev=qmp,mode=control");
   for (size_t i = 0; pmem && i < n_layers; i++) {
     struct stat st;
+    _cleanup_free_ char *f = qfile(qf, pmem[i], O_RDONLY, err);
+    if (!f) {
+      json_decref(a);
+      return NULL;
+    }
     /* shared and read-only: every VM maps the host's page cache of the
      * image; a guest that writes to it faults, and only it */
     argv_add(a, "-object");
     argv_add(a, "memory-backend-file,id=pm%zu,mem-path=%s,size=%lld,share=on,"
-                "readonly=on", i, pmem[i],
+                "readonly=on", i, f,
              stat(pmem[i], &st) == 0 ? (long long) st.st_size : 0LL);
     argv_add(a, "-device");
     argv_add(a, "virtio-pmem-pci,memdev=pm%zu,id=pmem%zu", i, i);
   }
   for (size_t i = 0; !pmem && i < n_layers; i++) {
+    _cleanup_free_ char *f = qfile(qf, layers[i], O_RDONLY, err);
+    if (!f) {
+      json_decref(a);
+      return NULL;
+    }
     argv_add(a, "-drive");
-    argv_add(a, "if=none,id=l%zu,file=%s,format=raw,readonly=on", i, layers[i]);
+    argv_add(a, "if=none,id=l%zu,file=%s,format=raw,readonly=on", i, f);
     argv_add(a, "-device");
     argv_add(a, "virtio-blk-%s,drive=l%zu,serial=dsec-l%zu", bus, i, i);
   }
-  argv_add(a, "-drive");
-  argv_add(a, "if=none,id=rw,file=%s,format=raw,discard=unmap", disk);
+  {
+    _cleanup_free_ char *f = qfile(qf, disk, O_RDWR, err);
+    if (!f) {
+      json_decref(a);
+      return NULL;
+    }
+    argv_add(a, "-drive");
+    argv_add(a, "if=none,id=rw,file=%s,format=raw,discard=unmap", f);
+  }
   argv_add(a, "-device");
   argv_add(a, "virtio-blk-%s,drive=rw,serial=dsec-rw", bus);
   /* memory the guest frees goes back to the host (free page reporting;
@@ -473,14 +538,114 @@ static json_t *qemu_argv(struct vm *v, struct dsec_vm_boot *boot,
   return a;
 }
 
-/* The QEMU child: contained, then exec'd with its descriptors at 3-7 and
- * its diagnostics in qemu.log. */
-static _Noreturn void qemu_child(json_t *argv, int fds[5], int log)
+/* Binds host path p read-only at root/p (a directory or a file). */
+static int bind_ro_at(const char *root, const char *p)
+{
+  _cleanup_free_ char *dst = xasprintf("%s%s", root, p);
+  struct stat st;
+  if (stat(p, &st) < 0)
+    return -1;
+  if (S_ISDIR(st.st_mode)) {
+    if (dsec_mkdir_p(AT_FDCWD, dst, 0755, NULL) < 0)
+      return -1;
+  } else {
+    _cleanup_free_ char *parent = xstrdup(dst);
+    int fd;
+    *strrchr(parent, '/') = '\0';
+    if (dsec_mkdir_p(AT_FDCWD, parent, 0755, NULL) < 0)
+      return -1;
+    fd = open(dst, O_CREAT | O_WRONLY | O_CLOEXEC, 0644);
+    if (fd < 0)
+      return -1;
+    close(fd);
+  }
+  if (mount(p, dst, NULL, MS_BIND | MS_REC, NULL) < 0)
+    return -1;
+  return mount(NULL, dst, NULL, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID,
+               NULL);
+}
+
+/* QEMU's root: a tmpfs with only the programs' trees (read-only), a few
+ * device nodes and /proc (for /dev/fd); every file of the VM comes as a
+ * descriptor.  Entered with pivot_root; the host's tree is gone. */
+static int qemu_root(const char *root, const char *qemu, bool kvm)
+{
+  static const char *const top[] = { "usr", "bin", "sbin", "lib", "lib32",
+                                     "lib64", "libx32" };
+  static const char *const devs[] = { "/dev/null", "/dev/zero", "/dev/urandom",
+                                      "/dev/random" };
+  _cleanup_free_ char *proc = xasprintf("%s/proc", root);
+  _cleanup_free_ char *fdlink = xasprintf("%s/dev/fd", root);
+  _cleanup_free_ char *qdir = xstrdup(qemu);
+  char *slash;
+
+  if (mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) < 0 ||
+      mount("tmpfs", root, "tmpfs", MS_NOSUID | MS_NODEV, "mode=0755,size=1m") < 0)
+    return -1;
+  for (size_t k = 0; k < ARRAY_SIZE(top); k++) {
+    _cleanup_free_ char *host = xasprintf("/%s", top[k]);
+    _cleanup_free_ char *dst = xasprintf("%s/%s", root, top[k]);
+    char target[PATH_MAX];
+    struct stat st;
+    ssize_t n;
+    if (lstat(host, &st) < 0)
+      continue;
+    if (S_ISLNK(st.st_mode)) {
+      n = readlink(host, target, sizeof target - 1);
+      if (n <= 0)
+        return -1;
+      target[n] = '\0';
+      if (symlink(target, dst) < 0)
+        return -1;
+    } else if (S_ISDIR(st.st_mode) && bind_ro_at(root, host) < 0)
+      return -1;
+  }
+  /* the dynamic linker's cache, and QEMU's own tree when it lives
+   * elsewhere (DSEC_QEMU) */
+  bind_ro_at(root, "/etc/ld.so.cache");
+  slash = strrchr(qdir, '/');
+  if (slash && slash != qdir) {
+    *slash = '\0';
+    if (strncmp(qdir, "/usr/", 5) != 0 && bind_ro_at(root, qdir) < 0)
+      return -1;
+  }
+  for (size_t k = 0; k < ARRAY_SIZE(devs); k++)
+    if (bind_ro_at(root, devs[k]) < 0 && k == 0)
+      return -1;
+  if (kvm) {
+    _cleanup_free_ char *dst = xasprintf("%s/dev/kvm", root);
+    int fd = open(dst, O_CREAT | O_WRONLY | O_CLOEXEC, 0644);
+    if (fd < 0 || mount("/dev/kvm", dst, NULL, MS_BIND, NULL) < 0)
+      return -1;
+    close(fd);
+  }
+  if (symlink("/proc/self/fd", fdlink) < 0 || mkdir(proc, 0555) < 0 ||
+      mount("proc", proc, "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, NULL) < 0)
+    return -1;
+  if (chdir(root) < 0 || syscall(SYS_pivot_root, ".", ".") < 0 ||
+      umount2(".", MNT_DETACH) < 0 || chdir("/") < 0)
+    return -1;
+  return mount(NULL, "/", NULL, MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV,
+               NULL);
+}
+
+/* The QEMU child: contained, then exec'd with its channels at 3-7, its
+ * files at 8 on (qf) and its diagnostics in qemu.log.  It runs as the
+ * unprivileged id sandboxes map their root to, without capabilities,
+ * with no new privileges, in new mount, network, IPC and UTS namespaces,
+ * in a root of its own. */
+static _Noreturn void qemu_child(struct vm *vm, json_t *argv, int fds[5],
+                                 struct qfiles *qf, int log)
 {
   char **v = xzalloc(sizeof *v * (json_array_size(argv) + 1));
   struct __user_cap_header_struct h = { _LINUX_CAPABILITY_VERSION_3, 0 };
   struct __user_cap_data_struct d[2] = { { 0 } };
-  size_t i;
+  _cleanup_free_ char *root = xasprintf("%s/qemu-root", vm->run);
+  bool kvm = strcmp(vm->accel, "kvm") == 0;
+  int all[5 + ARRAY_SIZE(qf->fd)];
+  size_t n = 5 + qf->n, i;
+  uid_t uid, count;
+  gid_t kvm_gid = 0;
   json_t *x;
 
   json_array_foreach(argv, i, x)
@@ -488,25 +653,47 @@ static _Noreturn void qemu_child(json_t *argv, int fds[5], int log)
   prctl(PR_SET_PDEATHSIG, SIGKILL);
   if (log >= 0)
     dup2(log, 2);
-  for (int k = 0; k < 5; k++) {
-    int fd = fds[k] >= 0 ? fds[k] : open("/dev/null", O_RDWR);
+  for (i = 0; i < n; i++) {
+    int fd = i < 5 ? fds[i] : qf->fd[i - 5];
+    if (fd < 0)
+      fd = open("/dev/null", O_RDWR);
     /* dup to a high number first: a source may sit on a target */
-    fds[k] = fcntl(fd, F_DUPFD, 100);
+    all[i] = fcntl(fd, F_DUPFD, 200);
   }
-  for (int k = 0; k < 5; k++)
-    if (dup2(fds[k], 3 + k) < 0)
+  for (i = 0; i < n; i++)
+    if (dup2(all[i], 3 + (int) i) < 0)
       _exit(125);
-  syscall(SYS_close_range, 8U, ~0U, 0U);
+  /* the console (slot 5) is stdout; stdin is nothing */
+  if (dup2(5, 1) < 0 || dup2(open("/dev/null", O_RDONLY), 0) < 0)
+    _exit(125);
+  syscall(SYS_close_range, 3U + (unsigned) n, ~0U, 0U);
   {
     sigset_t none;
     sigemptyset(&none);
     sigprocmask(SIG_SETMASK, &none, NULL);
   }
-  /* no network, no host IPC, no host name to change; mounts its own */
-  if (unshare(CLONE_NEWNET | CLONE_NEWIPC | CLONE_NEWUTS | CLONE_NEWNS) < 0)
-    dprintf(2, "dsec-vm: cannot isolate QEMU: %s\n", strerror(errno));
+  if (kvm) {
+    struct stat st;
+    if (stat("/dev/kvm", &st) == 0)
+      kvm_gid = st.st_gid;
+  }
+  /* no network, no host IPC, no host name to change, no host files */
+  mkdir(root, 0755);
+  if (unshare(CLONE_NEWNET | CLONE_NEWIPC | CLONE_NEWUTS | CLONE_NEWNS) < 0 ||
+      qemu_root(root, v[0], kvm) < 0) {
+    dprintf(2, "dsec-vm: cannot contain QEMU: %s\n", strerror(errno));
+    _exit(125);
+  }
+  /* the bounding set first: dropping needs CAP_SETPCAP, gone with root */
   for (int cap = 0; cap <= 63; cap++)
     prctl(PR_CAPBSET_DROP, cap, 0, 0, 0);
+  dsec_idmap_range(&uid, &count);
+  if (setgroups(kvm_gid ? 1 : 0, &kvm_gid) < 0 ||
+      setresgid(uid, uid, uid) < 0 || setresuid(uid, uid, uid) < 0) {
+    dprintf(2, "dsec-vm: cannot switch QEMU to user %u: %s\n", uid,
+            strerror(errno));
+    _exit(125);
+  }
   if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0 || syscall(SYS_capset, &h, d) < 0) {
     dprintf(2, "dsec-vm: cannot drop QEMU's privileges: %s\n", strerror(errno));
     _exit(125);
@@ -1526,6 +1713,7 @@ _Noreturn void dsec_vm_supervisor_main(struct dsec_container_opts *o)
   _cleanup_json_ json_t *uuids = json_array();
   char **pmem = NULL;
   int go[2] = { -1, -1 }, net[2] = { -1, -1 }, cons[2] = { -1, -1 };
+  struct qfiles qf = { .n = 0 };
   sigset_t mask;
   json_t *args, *ready, *x;
 
@@ -1588,6 +1776,16 @@ _Noreturn void dsec_vm_supervisor_main(struct dsec_container_opts *o)
   }
   if (prepare_disk(v, o->disk_from, &err) < 0)
     goto fail;
+  {
+    /* QEMU reopens it as the unprivileged id it runs as */
+    _cleanup_free_ char *disk = xasprintf("%s/disk.img", v->dir);
+    uid_t base, count;
+    dsec_idmap_range(&base, &count);
+    if (chown(disk, base, base) < 0) {
+      dsec_fail(&err, errno, "cannot give %s to QEMU's user", disk);
+      goto fail;
+    }
+  }
   if (o->restore) {
     snap = open(o->restore, O_RDONLY | O_CLOEXEC);
     if (snap < 0) {
@@ -1624,7 +1822,10 @@ _Noreturn void dsec_vm_supervisor_main(struct dsec_container_opts *o)
       json_array_append_new(uuids, json_string(uuid));
     }
   }
-  args = qemu_argv(v, &boot, o->layers, o->n_layers, pmem, o->restore != NULL);
+  args = qemu_argv(v, &boot, o->layers, o->n_layers, pmem, o->restore != NULL,
+                   &qf, &err);
+  if (!args)
+    goto fail;
   if (vm_cgroup(v, &err) < 0 || pipe2(go, O_CLOEXEC) < 0) {
     if (!err)
       dsec_fail(&err, errno, "pipe");
@@ -1643,8 +1844,8 @@ _Noreturn void dsec_vm_supervisor_main(struct dsec_container_opts *o)
     close(go[1]);
     if (read(go[0], &c, 1) != 1)
       _exit(125);
-    qemu_child(args, fds, open(qlog, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC,
-                               0644));
+    qemu_child(v, args, fds, &qf,
+               open(qlog, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644));
   }
   close(go[0]);
   if (dsec_cgroup_attach(v->cg, v->qemu, &err) < 0 || write(go[1], "g", 1) != 1) {
@@ -1655,6 +1856,7 @@ _Noreturn void dsec_vm_supervisor_main(struct dsec_container_opts *o)
   }
   close(go[1]);
   json_decref(args);
+  qfiles_close(&qf);
   close(agent[1]);
   close(mon[1]);
   close(cons[1]);

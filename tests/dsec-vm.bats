@@ -272,13 +272,20 @@ qemu_pids() {
   [ "$(vm_out "$id" ls -A /answers)" = "" ]
 }
 
-@test "QEMU runs contained: no capabilities, no new privileges, seccomp, no host network, its own cgroups" {
+@test "QEMU runs contained: unprivileged, no capabilities, no new privileges, seccomp, its own root, no host network, its own cgroups" {
   require_vm
   local id q
   id=$(vm_create)
   q=$(qemu_pids)
   [ -n "$q" ]
   grep -qx 'CapEff:	0000000000000000' "/proc/$q/status"
+  # an unprivileged user, in a root of its own with no host file but the
+  # programs' trees: the VM's files are descriptors
+  ! grep -qE '^Uid:	0	' "/proc/$q/status"
+  [ "$(ls "/proc/$q/root" | tr '\n' ' ')" = "bin dev etc lib lib32 lib64 proc sbin usr " ] ||
+    [ "$(ls "/proc/$q/root" | grep -cvE '^(bin|dev|etc|lib|lib32|lib64|libx32|proc|sbin|usr)$')" = 0 ]
+  [ "$(ls "/proc/$q/root/etc")" = ld.so.cache ]
+  [ ! -e "/proc/$q/root/$DSEC_ROOT" ]
   grep -qx 'CapBnd:	0000000000000000' "/proc/$q/status"
   grep -qx 'NoNewPrivs:	1' "/proc/$q/status"
   grep -qx 'Seccomp:	2' "/proc/$q/status"
