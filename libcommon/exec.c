@@ -48,8 +48,11 @@ int dsec_exec_request_check(json_t *req, char **why)
     return -1;
   }
   v = json_object_get(req, "timeout_s");
-  if (v && !json_is_null(v) && (!json_is_number(v) || json_number_value(v) < 0)) {
-    *why = xstrdup("`timeout_s` must be a non-negative number");
+  if (v && !json_is_null(v) &&
+      (!json_is_number(v) || json_number_value(v) < 0 ||
+       json_number_value(v) > 1e7)) {
+    /* bounded: a deadline must stay a number a timer can hold */
+    *why = xstrdup("`timeout_s` must be a number from 0 to 10000000");
     return -1;
   }
   v = json_object_get(req, "seq");

@@ -15,8 +15,9 @@
 enum { F_OPEN = 1, F_DATA = 2, F_CLOSE = 3 };
 #define HDR 9
 #define FRAME_MAX 65536
-#define CONN_OUT_MAX (4u << 20) /* a peer that does not read loses its stream */
+#define CONN_OUT_MAX (1u << 20) /* a peer that does not read loses its stream */
 #define CHAN_OUT_HIGH (1u << 20) /* past this, connections are not read */
+#define BUFFERED_MAX (16u << 20) /* past this, the channel is not read */
 #define CONNS_MAX 256
 
 struct buf {
@@ -237,8 +238,19 @@ void dsec_mux_run(int chan, int listen_fd, dsec_mux_open_fn on_open, void *ud,
     struct conn *who[2 + CONNS_MAX];
     nfds_t n = 0;
     bool up = true;
+    size_t buffered = m->out.len;
 
-    pf[n++] = (struct pollfd){ chan, POLLIN | (m->out.len ? POLLOUT : 0), 0 };
+    /* the other side cannot make us hold more than BUFFERED_MAX: past it
+     * we stop reading what it sends until the peers have taken theirs */
+    for (size_t i = 0; i < m->n; i++)
+      buffered += m->c[i]->out.len;
+    pf[n++] = (struct pollfd){ chan,
+                               (short) ((buffered < BUFFERED_MAX &&
+                                         m->out.len < CHAN_OUT_HIGH
+                                           ? POLLIN
+                                           : 0) |
+                                        (m->out.len ? POLLOUT : 0)),
+                               0 };
     if (listen_fd >= 0)
       pf[n++] = (struct pollfd){ listen_fd, m->n < CONNS_MAX ? POLLIN : 0, 0 };
     for (size_t i = 0; i < m->n; i++) {

@@ -1824,6 +1824,8 @@ static int fork_vm(const char *id, int count, struct dsec_error **err)
     return -1;
   file = json_string_value(json_object_get(snap, "snapshot"));
   disk = json_string_value(json_object_get(snap, "disk"));
+  if (!file || !disk)
+    return dsec_fail(err, 0, "sandbox %s answered no snapshot to fork from", id);
   for (int i = 0; i < count; i++) {
     _cleanup_error_ struct dsec_error *e = NULL;
     _cleanup_free_ char *child = NULL;

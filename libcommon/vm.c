@@ -69,6 +69,8 @@
 #define BOOT_TIMEOUT_MS 180000   /* TCG on a loaded machine is slow */
 #define MIGRATE_TIMEOUT_MS 600000
 #define MSG_MAX (64u << 20)
+#define AGENT_HEADER_MAX 65536
+#define AGENT_SEND_TIMEOUT_MS 60000
 #define VM_OVERHEAD_MB 256  /* QEMU beyond the guest's RAM */
 #define VM_QEMU_PIDS 512    /* QEMU's threads */
 #define GUEST_GRACE_MS 15000 /* after an exec's timeout, for the agent's answer */
@@ -168,6 +170,7 @@ struct vjob {
   json_t *seq;   /* borrowed from req */
   double start;
   double deadline; /* past it the guest is overdue (0: no timeout) */
+  uint64_t cap;    /* the output kept per stream */
 };
 
 struct vclient {
@@ -186,6 +189,7 @@ struct vm {
   char *console_tail;       /* ring of the last CONSOLE_TAIL bytes dropped */
   size_t tail_pos, tail_len;
   pid_t qemu;
+  int life;                 /* QEMU's end of a pipe we hold until we die */
   struct dsec_cgroup *cg;
   struct dsec_proxy *proxy; /* network proxy mode, else NULL */
   struct dsec_net_events net;
@@ -509,7 +513,8 @@ static json_t *qemu_argv(struct vm *v, struct dsec_vm_boot *boot,
       return NULL;
     }
     argv_add(a, "-drive");
-    argv_add(a, "if=none,id=l%zu,file=%s,format=raw,readonly=on", i, f);
+    argv_add(a, "if=none,id=l%zu,file=%s,format=raw,readonly=on,rerror=report",
+             i, f);
     argv_add(a, "-device");
     argv_add(a, "virtio-blk-%s,drive=l%zu,serial=dsec-l%zu", bus, i, i);
   }
@@ -520,7 +525,10 @@ static json_t *qemu_argv(struct vm *v, struct dsec_vm_boot *boot,
       return NULL;
     }
     argv_add(a, "-drive");
-    argv_add(a, "if=none,id=rw,file=%s,format=raw,discard=unmap", f);
+    /* a full host disk is an I/O error in the guest, not a VM paused
+     * for good */
+    argv_add(a, "if=none,id=rw,file=%s,format=raw,discard=unmap,"
+                "werror=report,rerror=report", f);
   }
   argv_add(a, "-device");
   argv_add(a, "virtio-blk-%s,drive=rw,serial=dsec-rw", bus);
@@ -666,7 +674,11 @@ static _Noreturn void qemu_child(struct vm *vm, json_t *argv, int fds[5],
   /* the console (slot 5) is stdout; stdin is nothing */
   if (dup2(5, 1) < 0 || dup2(open("/dev/null", O_RDONLY), 0) < 0)
     _exit(125);
-  syscall(SYS_close_range, 3U + (unsigned) n, ~0U, 0U);
+  /* the life pipe next, until the last check below */
+  if (dup2(fcntl(vm->life, F_DUPFD, 200), 3 + (int) n) < 0)
+    _exit(125);
+  vm->life = 3 + (int) n;
+  syscall(SYS_close_range, 4U + (unsigned) n, ~0U, 0U);
   {
     sigset_t none;
     sigemptyset(&none);
@@ -693,6 +705,18 @@ static _Noreturn void qemu_child(struct vm *vm, json_t *argv, int fds[5],
     dprintf(2, "dsec-vm: cannot switch QEMU to user %u: %s\n", uid,
             strerror(errno));
     _exit(125);
+  }
+  /* a change of user clears the parent-death signal: again, and the
+   * supervisor may have died meanwhile */
+  if (prctl(PR_SET_PDEATHSIG, SIGKILL) < 0)
+    _exit(125);
+  {
+    /* (the supervisor's end of the life pipe closes when it dies; in our
+     * own PID namespace getppid() cannot tell) */
+    struct pollfd pf = { vm->life, POLLIN, 0 };
+    if (poll(&pf, 1, 0) != 0)
+      _exit(125);
+    close(vm->life);
   }
   if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0 || syscall(SYS_capset, &h, d) < 0) {
     dprintf(2, "dsec-vm: cannot drop QEMU's privileges: %s\n", strerror(errno));
@@ -848,8 +872,20 @@ static off_t vm_save(struct vm *v, const char *path, struct dsec_error **err)
     dsec_fail(err, errno, "cannot write %s", path);
     goto fail;
   }
+  {
+    /* the rename reaches the disk before anyone is told */
+    _cleanup_free_ char *dir = xstrdup(path);
+    _cleanup_close_ int dfd = -1;
+    *strrchr(dir, '/') = '\0';
+    dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (dfd < 0 || fsync(dfd) < 0) {
+      dsec_fail(err, errno, "cannot sync %s", dir);
+      return -1;
+    }
+  }
   return st.st_size;
 fail:
+  json_decref(qmp(v, json_pack("{s:s}", "execute", "migrate_cancel"), -1, NULL));
   unlink(tmp);
   return -1;
 }
@@ -916,6 +952,8 @@ static void console_flush(struct vm *v)
 
 /* ---- the agent */
 
+static bool agent_read(struct vm *v);
+
 static int agent_send(struct vm *v, json_t *m, const char *payload, size_t plen)
 {
   char *text = json_dumps(m, JSON_COMPACT);
@@ -924,15 +962,26 @@ static int agent_send(struct vm *v, json_t *m, const char *payload, size_t plen)
   int cnt = plen ? 3 : 2;
   int ret = 0;
 
+  double end = dsec_now_ms() + AGENT_SEND_TIMEOUT_MS;
+
   json_decref(m);
-  /* blocking: the agent always reads, and a message is never split */
+  if (!text)
+    return -1;
+  /* a message is never split; while the agent is not reading we read
+   * what it sends (it may be blocked writing to us), and a guest that
+   * never reads again gets no more */
   while (cnt > 0) {
     ssize_t w = writev(v->agent, iov, cnt);
     if (w < 0 && errno == EINTR)
       continue;
     if (w < 0 && errno == EAGAIN) {
-      struct pollfd pf = { v->agent, POLLOUT, 0 };
-      poll(&pf, 1, 1000);
+      struct pollfd pf = { v->agent, POLLOUT | POLLIN, 0 };
+      if (dsec_now_ms() > end) {
+        ret = -1;
+        break;
+      }
+      if (poll(&pf, 1, 1000) > 0 && (pf.revents & POLLIN))
+        agent_read(v);
       continue;
     }
     if (w < 0) {
@@ -960,6 +1009,8 @@ static bool agent_read(struct vm *v)
   for (;;) {
     ssize_t n;
     if (v->acap - v->alen < 65536) {
+      if (v->acap > 2 * (size_t) MSG_MAX + AGENT_HEADER_MAX)
+        return true; /* a message this big is refused by agent_next */
       v->acap = v->acap ? v->acap * 2 : 1 << 20;
       v->abuf = xrealloc(v->abuf, v->acap);
     }
@@ -976,18 +1027,33 @@ static bool agent_read(struct vm *v)
 
 /* The next whole message: header (new) and its payload (borrowed until
  * agent_consume). */
+/* The next whole message: header (new) and its payload (borrowed until
+ * agent_consume).  The guest writes these: a header past 64 KiB or a
+ * length outside 0..64 MiB is a protocol violation (*bad), and the VM is
+ * ended rather than trusted. */
 static json_t *agent_next(struct vm *v, const char **payload, size_t *plen,
-                          size_t *used)
+                          size_t *used, bool *bad)
 {
   char *nl = v->alen ? memchr(v->abuf, '\n', v->alen) : NULL;
   size_t hl, need;
+  json_int_t ol, el;
   json_t *m;
-  if (!nl)
+  *bad = false;
+  if (!nl) {
+    *bad = v->alen > AGENT_HEADER_MAX;
     return NULL;
+  }
   hl = (size_t) (nl - v->abuf);
   m = json_loadb(v->abuf, hl, 0, NULL);
-  need = (size_t) json_integer_value(json_object_get(m, "stdout_len")) +
-         (size_t) json_integer_value(json_object_get(m, "stderr_len"));
+  ol = json_integer_value(json_object_get(m, "stdout_len"));
+  el = json_integer_value(json_object_get(m, "stderr_len"));
+  if (hl > AGENT_HEADER_MAX || ol < 0 || el < 0 || ol > (json_int_t) MSG_MAX ||
+      el > (json_int_t) MSG_MAX) {
+    json_decref(m);
+    *bad = true;
+    return NULL;
+  }
+  need = (size_t) ol + (size_t) el;
   if (v->alen - hl - 1 < need) {
     json_decref(m);
     return NULL;
@@ -1016,11 +1082,16 @@ static json_t *agent_wait(struct vm *v, const char *op, int timeout_ms,
     const char *p;
     size_t pl, used;
     json_t *m;
-    while ((m = agent_next(v, &p, &pl, &used))) {
+    bool bad;
+    while ((m = agent_next(v, &p, &pl, &used, &bad))) {
       agent_consume(v, used);
       if (strcmp(json_string_value(json_object_get(m, "op")) ?: "", op) == 0)
         return m;
       json_decref(m);
+    }
+    if (bad) {
+      dsec_fail(err, EPROTO, "the guest agent broke its protocol");
+      return NULL;
     }
     {
       struct pollfd pf = { v->agent, POLLIN, 0 };
@@ -1061,6 +1132,7 @@ static void reply_error(struct vclient *cl, const char *msg, int status)
 }
 
 static void client_next(struct vm *v, struct vclient *cl);
+static _Noreturn void vm_end(struct vm *v, const char *state, const char *cause);
 
 static void client_close(struct vm *v, struct vclient *cl)
 {
@@ -1092,6 +1164,7 @@ static void job_start(struct vm *v, struct vclient *cl, json_t *req)
   }
   j = xzalloc(sizeof *j);
   j->req = dsec_exec_request_record(req, v->workdir ? v->workdir : "/", &cap);
+  j->cap = cap;
   j->seq = json_object_get(j->req, "seq");
   if (j->seq) {
     json_int_t *running = xzalloc(sizeof *running * (v->njobs + 1));
@@ -1140,7 +1213,7 @@ static void job_start(struct vm *v, struct vclient *cl, json_t *req)
                 "cwd", json_object_get(j->req, "workdir"), "uid", (int) v->uid,
                 "gid", (int) v->gid, "stdin_len", (json_int_t) strlen(in),
                 "timeout_ms", timeout * 1000, "cap", (json_int_t) cap);
-  if (agent_send(v, m, in, strlen(in)) < 0) {
+  if (!m || agent_send(v, m, in, strlen(in)) < 0) {
     reply_error(cl, "cannot reach the guest agent", DSEC_EXIT_INTERNAL);
     cl->job = NULL;
     v->njobs--;
@@ -1172,6 +1245,8 @@ static void job_done(struct vm *v, json_t *m, const char *payload)
     }
   if (!j)
     return;
+  if (olen > j->cap || elen > j->cap || otot < olen || etot < elen)
+    vm_end(v, "died", "the guest agent broke its protocol (output past the cap)");
   if (error)
     code = DSEC_EXIT_INTERNAL;
   else if (timed_out)
@@ -1217,19 +1292,28 @@ static void job_done(struct vm *v, json_t *m, const char *payload)
   }
 }
 
-static void agent_readable(struct vm *v)
+/* Acts on the whole messages the agent sent (results). */
+static void agent_dispatch(struct vm *v)
 {
   const char *p;
   size_t pl, used;
   json_t *m;
-  bool open = agent_read(v);
+  bool bad;
 
-  while ((m = agent_next(v, &p, &pl, &used))) {
+  while ((m = agent_next(v, &p, &pl, &used, &bad))) {
     if (strcmp(json_string_value(json_object_get(m, "op")) ?: "", "result") == 0)
       job_done(v, m, p);
     json_decref(m);
     agent_consume(v, used);
   }
+  if (bad)
+    vm_end(v, "died", "the guest agent broke its protocol");
+}
+
+static void agent_readable(struct vm *v)
+{
+  bool open = agent_read(v);
+  agent_dispatch(v);
   if (!open)
     epoll_ctl(v->epfd, EPOLL_CTL_DEL, v->agent, NULL);
 }
@@ -1441,8 +1525,10 @@ static json_t *vm_checkpoint(struct vm *v, const char *name)
     argv[6] = "--name";
     argv[7] = (char *) name;
   }
-  if (agent_freeze(v, true, &err) < 0)
+  if (agent_freeze(v, true, &err) < 0) {
+    agent_freeze(v, false, NULL); /* a late freeze must not stay */
     return dsec_ctl_op_error(err);
+  }
   fd = open(disk, O_RDONLY | O_CLOEXEC);
   if (fd < 0) {
     dsec_fail(&err, errno, "cannot open %s", disk);
@@ -1601,7 +1687,7 @@ static void vm_loop(struct vm *v)
       double left = v->start_ms + (double) v->ttl_s * 1000 - now;
       if (left <= 0)
         vm_end(v, "expired", "ttl");
-      timeout = (int) left + 1;
+      timeout = left > 3600000 ? 3600000 : (int) left + 1;
     }
     if (v->idle_s > 0 && v->njobs == 0) {
       double left = v->last_activity_ms + (double) v->idle_s * 1000 - now;
@@ -1633,6 +1719,8 @@ static void vm_loop(struct vm *v)
       if (timeout < 0 || left < timeout)
         timeout = (int) left + 1;
     }
+    /* what a blocked send read meanwhile */
+    agent_dispatch(v);
     n = epoll_wait(v->epfd, evs, 32, timeout);
     for (int i = 0; i < n; i++) {
       void *p = evs[i].data.ptr;
@@ -1713,6 +1801,7 @@ _Noreturn void dsec_vm_supervisor_main(struct dsec_container_opts *o)
   _cleanup_json_ json_t *uuids = json_array();
   char **pmem = NULL;
   int go[2] = { -1, -1 }, net[2] = { -1, -1 }, cons[2] = { -1, -1 };
+  int life[2] = { -1, -1 };
   struct qfiles qf = { .n = 0 };
   sigset_t mask;
   json_t *args, *ready, *x;
@@ -1831,9 +1920,16 @@ _Noreturn void dsec_vm_supervisor_main(struct dsec_container_opts *o)
       dsec_fail(&err, errno, "pipe");
     goto fail;
   }
-  v->qemu = fork();
+  /* PID 1 of a PID namespace of its own: its /proc shows only itself */
+  if (pipe2(life, O_CLOEXEC) < 0) {
+    dsec_fail(&err, errno, "pipe");
+    goto fail;
+  }
+  v->life = life[0];
+  v->qemu = (pid_t) syscall(SYS_clone, CLONE_NEWPID | SIGCHLD, NULL, NULL,
+                            NULL, 0);
   if (v->qemu < 0) {
-    dsec_fail(&err, errno, "fork");
+    dsec_fail(&err, errno, "cannot start QEMU");
     goto fail;
   }
   if (v->qemu == 0) {
@@ -1848,6 +1944,7 @@ _Noreturn void dsec_vm_supervisor_main(struct dsec_container_opts *o)
                open(qlog, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644));
   }
   close(go[0]);
+  close(life[0]); /* life[1] stays open as long as we live */
   if (dsec_cgroup_attach(v->cg, v->qemu, &err) < 0 || write(go[1], "g", 1) != 1) {
     if (!err)
       dsec_fail(&err, errno, "cannot start QEMU");
@@ -1920,7 +2017,9 @@ _Noreturn void dsec_vm_supervisor_main(struct dsec_container_opts *o)
     ready = agent_wait(v, "ready", BOOT_TIMEOUT_MS, &err);
   }
   if (!ready) {
-    _cleanup_free_ char *cause = console_cause(v);
+    _cleanup_free_ char *cause = NULL;
+    console_flush(v);
+    cause = console_cause(v);
     if (cause)
       dsec_error_wrap(&err, "%s", cause);
     goto fail;

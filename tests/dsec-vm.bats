@@ -433,3 +433,12 @@ qemu_pids() {
   dsec-vm resume "$id" >/dev/null
   [ "$(vm_out "$id" cat /state)" = before ]
 }
+
+@test "a request with an absurd timeout is bad input, not a crash" {
+  require_vm
+  local id
+  id=$(vm_create)
+  printf '{"cmd":["true"],"timeout_s":1e308}\n' >"$BATS_TEST_TMPDIR/req.jsonl"
+  run -3 dsec-vm exec "$id" --requests "$BATS_TEST_TMPDIR/req.jsonl"
+  [ "$(vm_out "$id" echo still)" = still ]
+}

@@ -56,6 +56,7 @@
 #define PROXY_PORT 3128
 #define HEADER_MAX (4u << 20)
 #define DRAIN_MS 100 /* output still arriving after the command exited */
+#define STDIN_MAX (64LL << 20)
 
 extern char **environ;
 
@@ -370,6 +371,14 @@ static void setup_root(json_t *setup)
   if (mount("overlay", "/newroot", "overlay", 0, opts) < 0)
     fatal("cannot mount the overlay (%s)", opts);
   free(opts);
+  /* the overlay holds its layers; their mounts go, so that no way out of
+   * the new root (a chroot escape) finds the layers or the upper dir
+   * bare.  rwfd keeps the disk's file system reachable for freezes. */
+  for (size_t i = 0; i < n; i++) {
+    snprintf(dir, sizeof dir, "/mnt/l%zu", i);
+    umount2(dir, MNT_DETACH);
+  }
+  umount2("/mnt/rw", MNT_DETACH);
 
   /* the layers and the disk move under the new root, out of sight */
   mkdirs("/newroot/proc", 0555);
@@ -419,7 +428,7 @@ static void *relay_main(void *arg)
   return NULL;
 }
 
-static void start_proxy_relay(void)
+static void start_proxy_relay(int chan)
 {
   static struct relay r;
   struct sockaddr_in sa = { .sin_family = AF_INET,
@@ -428,7 +437,7 @@ static void start_proxy_relay(void)
   int one = 1;
   pthread_t t;
 
-  r.chan = open_port(NET_PORT_NAME);
+  r.chan = chan;
   r.lsock = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
   if (r.chan < 0 || r.lsock < 0)
     fatal("no network port for the proxy");
@@ -508,7 +517,9 @@ static struct job *jobs;
  * or to change the kernel under them */
 static uint64_t last_caps_drop[] = { CAP_SYS_ADMIN, CAP_SYS_MODULE,
                                      CAP_SYS_RAWIO, CAP_MKNOD,
-                                     CAP_SYS_BOOT, CAP_SYS_PTRACE };
+                                     CAP_SYS_BOOT, CAP_SYS_PTRACE,
+                                     CAP_SYS_CHROOT, CAP_BPF,
+                                     CAP_PERFMON };
 
 static uint64_t oom_kills(void)
 {
@@ -571,6 +582,12 @@ static _Noreturn void exec_child(json_t *req, int in, int out, int err)
 static void job_start(json_t *req, const char *stdin_buf, size_t stdin_len)
 {
   struct job *j = calloc(1, sizeof *j);
+  if (!j) {
+    send_msg(json_pack("{s:s, s:O, s:s}", "op", "result", "id",
+                       json_object_get(req, "id"), "error", "out of memory"),
+             NULL, 0, NULL, 0);
+    return;
+  }
   int in[2], out[2], er[2];
   double timeout_ms = json_number_value(json_object_get(req, "timeout_ms"));
   json_int_t cap = json_integer_value(json_object_get(req, "cap"));
@@ -604,8 +621,7 @@ static void job_start(json_t *req, const char *stdin_buf, size_t stdin_len)
   }
   j->out = (struct capture){ .fd = out[0], .cap = cap > 0 ? (size_t) cap : 0 };
   j->err = (struct capture){ .fd = er[0], .cap = cap > 0 ? (size_t) cap : 0 };
-  if (stdin_len) {
-    j->in = malloc(stdin_len);
+  if (stdin_len && (j->in = malloc(stdin_len))) {
     memcpy(j->in, stdin_buf, stdin_len);
     j->in_len = stdin_len;
     fcntl(in[1], F_SETFL, O_NONBLOCK);
@@ -639,8 +655,10 @@ static void capture_read(struct capture *c)
       size_t keep = (size_t) n < c->cap - c->len ? (size_t) n : c->cap - c->len;
       if (!c->data)
         c->data = malloc(c->cap);
-      memcpy(c->data + c->len, buf, keep);
-      c->len += keep;
+      if (c->data) {
+        memcpy(c->data + c->len, buf, keep);
+        c->len += keep;
+      }
     }
   }
 }
@@ -767,7 +785,22 @@ static void dispatch(void)
     }
     hl = (size_t) (nl - (inbuf + off));
     req = json_loadb(inbuf + off, hl, 0, NULL);
-    plen = (size_t) json_integer_value(json_object_get(req, "stdin_len"));
+    {
+      json_int_t sl = json_integer_value(json_object_get(req, "stdin_len"));
+      if (sl < 0 || sl > STDIN_MAX) {
+        /* not something the host sends: drop the header, answer an
+         * error if it was an exec */
+        json_t *id = json_object_get(req, "id");
+        if (id)
+          send_msg(json_pack("{s:s, s:O, s:s}", "op", "result", "id", id,
+                             "error", "invalid stdin length"),
+                   NULL, 0, NULL, 0);
+        json_decref(req);
+        off += hl + 1;
+        continue;
+      }
+      plen = (size_t) sl;
+    }
     if (req && inlen - off - hl - 1 < plen) {
       json_decref(req);
       break; /* the payload is still coming */
@@ -936,9 +969,15 @@ int main(void)
   if (port < 0)
     fatal("no virtio-serial port named " PORT_NAME);
   setup = wait_setup();
-  setup_root(setup);
-  if (json_is_true(json_object_get(setup, "proxy")))
-    start_proxy_relay();
+  {
+    /* the port is opened before the root's /dev loses its node */
+    int net = json_is_true(json_object_get(setup, "proxy"))
+                ? open_port(NET_PORT_NAME)
+                : -1;
+    setup_root(setup);
+    if (json_is_true(json_object_get(setup, "proxy")))
+      start_proxy_relay(net);
+  }
   json_decref(setup);
   uname(&u);
   send_msg(json_pack("{s:s, s:s, s:o}", "op", "ready", "kernel", u.release,
