@@ -1739,12 +1739,30 @@ static int resume_vm(const char *id, json_t *st, struct dsec_error **err)
   _cleanup_free_ char *snap = xasprintf("%s/%s", dir, json_string_value(
                                           json_object_get(st, "snapshot")));
   _cleanup_free_ char *_id_out = NULL;
-  json_t *spec = read_json_in(id, "spec.json");
+  _cleanup_close_ int dfd = -1;
+  _cleanup_close_ int lock = -1;
+  json_t *spec;
   json_t *rec = NULL;
   double t0 = dsec_now_ms();
 
   if (!vm_front)
     return dsec_bad_input(err, "sandbox %s is a VM: resume it with dsec-vm", id);
+  /* one resume at a time: two would start two VMs on one disk */
+  dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (dfd < 0)
+    return dsec_fail(err, errno, "cannot open %s", dir);
+  lock = dsec_lock_at(dfd, ".resume.lock", DSEC_LOCK_EXCLUSIVE, true, err);
+  if (lock < 0)
+    return dsec_error_wrap(err, "sandbox %s is being resumed", id);
+  {
+    _cleanup_json_ json_t *now = dsec_sandbox_status(id, err);
+    if (!now)
+      return -1;
+    if (strcmp(json_string_value(json_object_get(now, "state")) ?: "",
+               "suspended") != 0 || access(snap, F_OK) < 0)
+      return dsec_fail(err, 0, "sandbox %s was resumed meanwhile", id);
+  }
+  spec = read_json_in(id, "spec.json");
   if (!spec)
     return dsec_fail(err, 0, "sandbox %s has no readable spec", id);
   if (dsec_spec_validate(spec, err) < 0) {

@@ -38,6 +38,7 @@
 #include <grp.h>
 #include <limits.h>
 #include <sys/epoll.h>
+#include <sys/random.h>
 #include <sys/ioctl.h>
 #include <sys/mount.h>
 #include <sys/prctl.h>
@@ -1529,6 +1530,12 @@ static json_t *vm_checkpoint(struct vm *v, const char *name)
     agent_freeze(v, false, NULL); /* a late freeze must not stay */
     return dsec_ctl_op_error(err);
   }
+  /* and the VM paused while we read: the guest's word that it froze is
+   * not what keeps the disk still */
+  if (qmp_simple(v, "stop", &err) < 0) {
+    agent_freeze(v, false, NULL);
+    return dsec_ctl_op_error(err);
+  }
   fd = open(disk, O_RDONLY | O_CLOEXEC);
   if (fd < 0) {
     dsec_fail(&err, errno, "cannot open %s", disk);
@@ -1549,6 +1556,8 @@ thaw:
   if (mounted)
     umount2(mnt, MNT_DETACH);
   rmdir(mnt);
+  if (qmp_simple(v, "cont", ret < 0 ? NULL : &err) < 0)
+    ret = -1;
   if (agent_freeze(v, false, ret < 0 ? NULL : &err) < 0)
     ret = -1;
   if (ret < 0)
@@ -2004,6 +2013,31 @@ _Noreturn void dsec_vm_supervisor_main(struct dsec_container_opts *o)
     }
     agent_send(v, json_pack("{s:s, s:i}", "op", "ping", "id", 0), NULL, 0);
     ready = agent_wait(v, "pong", BOOT_TIMEOUT_MS, &err);
+    if (ready) {
+      /* forks of one snapshot would share their random state */
+      unsigned char seed[64];
+      char hex[sizeof seed * 2 + 1];
+      json_t *r;
+      if (getrandom(seed, sizeof seed, 0) != (ssize_t) sizeof seed) {
+        dsec_fail(&err, errno, "getrandom");
+        json_decref(ready);
+        goto fail;
+      }
+      for (size_t i = 0; i < sizeof seed; i++)
+        snprintf(hex + 2 * i, 3, "%02x", seed[i]);
+      agent_send(v, json_pack("{s:s, s:i, s:s}", "op", "reseed", "id", 0,
+                              "seed", hex), NULL, 0);
+      r = agent_wait(v, "reseeded", BOOT_TIMEOUT_MS, &err);
+      if (!r || json_object_get(r, "error")) {
+        if (r)
+          dsec_fail(&err, 0, "the guest cannot reseed its random generator: %s",
+                    json_string_value(json_object_get(r, "error")));
+        json_decref(r);
+        json_decref(ready);
+        goto fail;
+      }
+      json_decref(r);
+    }
   } else {
     json_t *setup = json_pack("{s:s, s:I, s:O, s:O, s:s, s:b, s:O}", "op",
                               "setup", "layers", (json_int_t) o->n_layers,

@@ -25,6 +25,7 @@
 #include <jansson.h>
 #include <linux/capability.h>
 #include <linux/fs.h>
+#include <linux/random.h>
 #include <net/if.h>
 #include <netinet/in.h>
 #include <pthread.h>
@@ -762,6 +763,30 @@ static void handle(json_t *req, const char *payload, size_t plen)
     if (ioctl(rwfd, freeze ? FIFREEZE : FITHAW, 0) < 0 &&
         !(freeze ? 0 : errno == EINVAL))
       json_object_set_new(m, "error", json_string(strerror(errno)));
+    send_msg(m, NULL, 0, NULL, 0);
+  } else if (strcmp(op, "reseed") == 0) {
+    /* a restored VM (a resume, or one fork of many) must not go on with
+     * the random state it was saved with: the host's seed is mixed in,
+     * credited, and the kernel's generator reseeded at once */
+    const char *hex = json_string_value(json_object_get(req, "seed"));
+    struct {
+      struct rand_pool_info info;
+      unsigned char buf[64];
+    } pool = { .info = { 0, 0 } };
+    size_t n = hex ? strlen(hex) / 2 : 0;
+    int fd = open("/dev/urandom", O_WRONLY | O_CLOEXEC);
+    json_t *m = json_pack("{s:s, s:O}", "op", "reseeded", "id", id ? id : json_null());
+    if (n > sizeof pool.buf)
+      n = sizeof pool.buf;
+    for (size_t i = 0; i < n; i++)
+      sscanf(hex + 2 * i, "%2hhx", &pool.buf[i]);
+    pool.info.entropy_count = (int) (n * 8);
+    pool.info.buf_size = (int) n;
+    if (fd < 0 || ioctl(fd, RNDADDENTROPY, &pool) < 0 ||
+        ioctl(fd, RNDRESEEDCRNG) < 0)
+      json_object_set_new(m, "error", json_string(strerror(errno)));
+    if (fd >= 0)
+      close(fd);
     send_msg(m, NULL, 0, NULL, 0);
   } else if (strcmp(op, "poweroff") == 0) {
     kill(-1, SIGKILL);
