@@ -226,8 +226,14 @@ int dsec_sandbox_state_write(const char *id, json_t *state,
   if (dfd < 0)
     return dsec_fail(err, errno, "cannot open %s", dir);
   text = json_dumps(state, JSON_COMPACT | JSON_REAL_PRECISION(10));
-  /* no fsync: a sandbox does not survive a host crash, and readers take a
-   * missing or torn state.json for "died" */
+  /* a suspended sandbox is meant to outlive the host (its checkpoint or
+   * memory snapshot is on disk): its state is synced.  A running one
+   * does not survive a host crash, and readers take a missing or torn
+   * state.json for "died": no fsync on that hot path. */
+  if (strcmp(json_string_value(json_object_get(state, "state")) ?: "",
+             "suspended") == 0)
+    return dsec_write_file_atomic(dfd, "state.json", text, strlen(text), 0644,
+                                  err);
   return dsec_write_file_replace(dfd, "state.json", text, strlen(text), 0644,
                                  err);
 }
