@@ -26,6 +26,7 @@
 #include "sandbox.h"
 #include "spec.h"
 #include "store.h"
+#include "vmimage.h"
 
 #define CG_ROOT "/sys/fs/cgroup"
 /* A temporary file or directory (a "*.tmp-*" name) older than this has no
@@ -33,6 +34,7 @@
  * Store objects younger than this are not collected either (their maker
  * may be about to reference them). */
 #define STALE_S 60
+#define VM_BOOT_MIN_AGE 600 /* s: a boot entry being built and indexed is younger */
 
 struct reap {
   const struct dsec_reap_opts *o;
@@ -1043,7 +1045,7 @@ static int reap_cgroups(struct reap *r, struct dsec_error **err)
 /* ---- the store */
 
 struct cand {
-  const char *what;                  /* "image", "layer" or "blob" */
+  const char *what;                  /* "image", "layer", "blob" or "vm-boot" */
   char digest[DSEC_DIGEST_LEN + 1];
   char config[DSEC_DIGEST_LEN + 1];  /* an image's config blob going with it */
   int64_t bytes;
@@ -1235,6 +1237,19 @@ static void find_candidates(struct reap *r, struct dsec_store *s, json_t *live,
   dsec_closedirp(&d);
   d = NULL;
 
+  {
+    /* dsec-vm's boot entries that no create will use again (built for a
+     * kernel or agent since replaced) */
+    _cleanup_json_ json_t *unused = dsec_vm_boot_unused(s, VM_BOOT_MIN_AGE);
+    json_t *e;
+    size_t i;
+    json_array_foreach(unused, i, e)
+      add_cand(v, n, "vm-boot",
+               dsec_digest_hex(json_string_value(json_object_get(e, "key"))),
+               json_integer_value(json_object_get(e, "bytes")),
+               (time_t) json_integer_value(json_object_get(e, "mtime")));
+  }
+
   d = opendir_at(s->blobs_fd, ".");
   while (d && (de = readdir(d))) {
     char digest[DSEC_DIGEST_LEN + 1];
@@ -1307,6 +1322,8 @@ static int remove_cand(struct dsec_store *s, const struct cand *c,
       return dsec_error_wrap(err, "layer %s", c->digest);
     return 0;
   }
+  if (strcmp(c->what, "vm-boot") == 0)
+    return dsec_vm_boot_remove(s, c->digest, err);
   if (unlinkat(s->blobs_fd, hex, 0) < 0 && errno != ENOENT)
     return dsec_fail(err, errno, "cannot remove blob %s", c->digest);
   return 0;

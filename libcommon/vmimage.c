@@ -1441,3 +1441,78 @@ fail:
   unlinkat(dfd, tmpname, 0);
   return NULL;
 }
+
+/* ---- collection (dsec-reap) */
+
+static bool index_lists(json_t *idx, const char *key)
+{
+  json_t *e;
+  size_t i;
+  json_array_foreach(json_object_get(idx, "entries"), i, e)
+  {
+    const char *k = entry_key(e);
+    if (k && strcmp(k, key) == 0)
+      return true;
+  }
+  return false;
+}
+
+json_t *dsec_vm_boot_unused(struct dsec_store *s, time_t min_age)
+{
+  json_t *out = json_array();
+  _cleanup_close_ int vm_fd = openat(s->fd, "vm", O_RDONLY | O_DIRECTORY |
+                                                    O_CLOEXEC);
+  _cleanup_json_ json_t *idx = NULL;
+  _cleanup_closedir_ DIR *d = NULL;
+  struct dirent *de;
+  time_t now = time(NULL);
+  int fd;
+
+  if (vm_fd < 0)
+    return out;
+  idx = index_load(vm_fd);
+  fd = openat(vm_fd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  d = fd >= 0 ? fdopendir(fd) : NULL;
+  if (fd >= 0 && !d)
+    close(fd);
+  while (d && (de = readdir(d))) {
+    char key[DSEC_DIGEST_LEN + 1];
+    struct stat st;
+    if (strlen(de->d_name) != 64 || strspn(de->d_name, "0123456789abcdef") != 64)
+      continue;
+    snprintf(key, sizeof key, "sha256:%s", de->d_name);
+    if (index_lists(idx, key) ||
+        fstatat(vm_fd, de->d_name, &st, AT_SYMLINK_NOFOLLOW) < 0 ||
+        !S_ISDIR(st.st_mode) || now - st.st_mtime < min_age)
+      continue;
+    json_array_append_new(out, json_pack("{s:s, s:I, s:I}", "key", key,
+                                         "bytes",
+                                         (json_int_t) dsec_disk_usage_at(vm_fd,
+                                                                         de->d_name),
+                                         "mtime", (json_int_t) st.st_mtime));
+  }
+  return out;
+}
+
+int dsec_vm_boot_remove(struct dsec_store *s, const char *key,
+                        struct dsec_error **err)
+{
+  _cleanup_close_ int vm_fd = openat(s->fd, "vm", O_RDONLY | O_DIRECTORY |
+                                                    O_CLOEXEC);
+  _cleanup_close_ int ilock = -1;
+  _cleanup_close_ int elock = -1;
+  _cleanup_json_ json_t *idx = NULL;
+
+  if (vm_fd < 0)
+    return errno == ENOENT ? 0 : dsec_fail(err, errno, "cannot open the store's vm/");
+  ilock = dsec_lock_at(s->locks_fd, "vm-index", DSEC_LOCK_EXCLUSIVE, false, err);
+  if (ilock < 0)
+    return -1;
+  elock = dsec_store_lock(s, "vm", key, err);
+  if (elock < 0)
+    return -1;
+  idx = index_load(vm_fd);
+  if (index_lists(idx, key))
+    return 0; /* in use again */
+  return dsec_rm_rf_at(vm_fd, dsec_digest_hex(key), err);
+}

@@ -15,6 +15,8 @@
 #ifndef DSEC_VMIMAGE_H
 #define DSEC_VMIMAGE_H
 
+#include <time.h>
+
 #include "error.h"
 #include "store.h"
 
@@ -57,6 +59,16 @@ char *dsec_vm_pmem_image(struct dsec_store *s, const char *erofs_path,
 
 /* The EROFS volume uuid of an image as 32 hex digits. */
 int dsec_erofs_uuid(const char *path, char uuid[33], struct dsec_error **err);
+
+/* The boot entries no create will use again: directories of <store>/vm/
+ * that the index no longer lists (their kernel, agent or modules
+ * changed), older than min_age seconds (a builder renames its entry in
+ * before it indexes it).  An array of {"key", "bytes", "mtime"} (new). */
+json_t *dsec_vm_boot_unused(struct dsec_store *s, time_t min_age);
+/* Removes such an entry, under the index lock and the entry's own, if
+ * the index still does not list it. */
+int dsec_vm_boot_remove(struct dsec_store *s, const char *key,
+                        struct dsec_error **err);
 
 /* Frees the strings of *b (not b itself) and clears them. */
 void dsec_vm_boot_free(struct dsec_vm_boot *b);

@@ -816,3 +816,27 @@ snapshot() {
     "$units/dsec-reap.timer" "$units/dsec-reap.service"
   [ -z "$stderr" ] || { echo "$stderr" >&2; false; }
 }
+
+@test "dsec-vm boot entries the index no longer lists go with --all; the listed and young ones stay" {
+  local vm old cur young
+  vm="$(store_dir)/vm"
+  old=$(printf 'a%.0s' $(seq 64))
+  cur=$(printf 'b%.0s' $(seq 64))
+  young=$(printf 'c%.0s' $(seq 64))
+  mkdir -p "$vm/$old" "$vm/$cur" "$vm/$young"
+  head -c 100000 /dev/zero >"$vm/$old/vmlinux"
+  head -c 100000 /dev/zero >"$vm/$cur/vmlinux"
+  printf '{"version":1,"entries":[{"key":"sha256:%s","inputs":[]}]}\n' "$cur" \
+    >"$vm/index.json"
+  touch -d '-1 hour' "$vm/$old" "$vm/$cur"
+  reap
+  has vm-boot "sha256:$old" unreferenced kept
+  lacks vm-boot "sha256:$cur"
+  lacks vm-boot "sha256:$young"
+  reap --all
+  has vm-boot "sha256:$old" unreferenced removed
+  out_jq -s --arg i "sha256:$old" 'any(.[]; .id == $i and .freed_bytes > 0)'
+  [ ! -e "$vm/$old" ]
+  [ -e "$vm/$cur/vmlinux" ]
+  [ -d "$vm/$young" ]
+}
