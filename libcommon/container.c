@@ -61,7 +61,6 @@
 #include <sys/un.h>
 #include <sys/wait.h>
 #include <unistd.h>
-#include <openssl/evp.h>
 #include <seccomp.h>
 
 #include "cgroup.h"
@@ -1132,18 +1131,13 @@ static void client_close(struct sup *s, struct client *cl)
 static void stream_chunk(struct capture *c, const char *buf, size_t n)
 {
   struct job *j = c->job;
-  char *b64;
   json_t *m;
 
   if (!j || !j->stream || !j->cl)
     return;
-  b64 = xmalloc(4 * ((n + 2) / 3) + 1);
-  EVP_EncodeBlock((unsigned char *) b64, (const unsigned char *) buf, (int) n);
-  m = json_pack("{s:s, s:s, s:s}", "type", "output", "stream", c->name,
-                "data_b64", b64);
+  m = dsec_exec_output(c->name, buf, n);
   client_write(j->cl, m);
   json_decref(m);
-  free(b64);
 }
 
 static void capture_read(struct capture *c, uint64_t cap)
@@ -1559,48 +1553,24 @@ static json_t *sup_checkpoint(struct sup *s, const char *name)
   struct dsec_error *err = NULL;
   _cleanup_free_ char *upper = s->upperfs ? xasprintf("%s/upper", s->upperfs)
                                           : xasprintf("%s/upper", s->dir);
-  _cleanup_free_ char *prog = dsec_sibling_program("dsec-layer");
-  _cleanup_free_ char *shift = xasprintf("%u", (unsigned) s->base);
-  _cleanup_free_ char *out = NULL;
   _cleanup_json_ json_t *layer = NULL;
-  bool frozen = s->suspended || sup_freeze(s, true);
-  char *argv[] = { prog, "create", "--dir", upper, "--overlay-upper",
-                   "--id-shift", shift, "--keep-setuid", NULL, NULL, NULL };
+  bool frozen;
   json_t *r;
-  int ret;
 
-  if (name) {
-    argv[8] = "--name";
-    argv[9] = (char *) name;
-  }
   if (s->fncall) {
-    if (frozen && !s->suspended)
-      sup_freeze(s, false);
     dsec_bad_input(&err, "an fncall sandbox has no state to checkpoint");
     return op_error(err);
   }
-  ret = dsec_run_program(argv, NULL, &out, &err);
+  frozen = s->suspended || sup_freeze(s, true);
+  layer = dsec_checkpoint_layer(upper, (unsigned) s->base, name, &err);
   if (frozen && !s->suspended)
     sup_freeze(s, false);
-  if (ret < 0)
+  if (!layer)
     return op_error(err);
-  layer = json_loads(out, 0, NULL);
-  if (!json_is_object(layer)) {
-    dsec_fail(&err, 0, "dsec-layer answered no layer record");
+  r = dsec_checkpoint_record(&s->traj, s->events_fd, s->id, s->state, layer,
+                             frozen, &err);
+  if (!r)
     return op_error(err);
-  }
-  if (dsec_traj_checkpoint(&s->traj,
-                           json_string_value(json_object_get(layer, "digest")),
-                           frozen, &err) < 0)
-    return op_error(err);
-  sup_event(s, json_pack("{s:s, s:O, s:O}", "type", "checkpoint", "layer",
-                         json_object_get(layer, "digest"), "after_seq",
-                         s->traj.last_seq ? s->traj.last_seq : json_null()));
-  r = json_pack("{s:s, s:s, s:O, s:O, s:b}", "type", "checkpoint", "id", s->id,
-                "layer", layer, "after_seq",
-                s->traj.last_seq ? s->traj.last_seq : json_null(), "consistent", frozen);
-  json_object_set_new(s->state, "checkpoint", json_copy(json_object_get(layer,
-                                                                        "digest")));
   sup_write_state(s);
   return r;
 }

@@ -10,7 +10,10 @@
 #include <string.h>
 #include <unistd.h>
 
+#include <openssl/evp.h>
+
 #include "exitcodes.h"
+#include "process.h"
 #include "proxy.h"
 #include "sandbox.h"
 #include "utils.h"
@@ -341,8 +344,8 @@ int dsec_traj_append(struct dsec_traj *t, json_t *seq, json_t *req,
   return 0;
 }
 
-int dsec_traj_checkpoint(struct dsec_traj *t, const char *digest,
-                         bool consistent, struct dsec_error **err)
+static int traj_checkpoint(struct dsec_traj *t, const char *digest,
+                           bool consistent, struct dsec_error **err)
 {
   json_t *rec = json_pack("{s:s, s:O, s:s, s:b}", "type", "checkpoint",
                           "after_seq", t->last_seq ? t->last_seq : json_null(),
@@ -353,6 +356,62 @@ int dsec_traj_checkpoint(struct dsec_traj *t, const char *digest,
     ret = dsec_fail(err, errno, "cannot record the checkpoint in the "
                                 "trajectory");
   return ret;
+}
+
+json_t *dsec_checkpoint_layer(const char *upper, unsigned shift,
+                              const char *name, struct dsec_error **err)
+{
+  _cleanup_free_ char *prog = dsec_sibling_program("dsec-layer");
+  _cleanup_free_ char *sh = xasprintf("%u", shift);
+  _cleanup_free_ char *out = NULL;
+  char *argv[] = { prog, "create", "--dir", (char *) upper, "--overlay-upper",
+                   "--id-shift", sh, "--keep-setuid", NULL, NULL, NULL };
+  json_t *layer;
+
+  if (name) {
+    argv[8] = "--name";
+    argv[9] = (char *) name;
+  }
+  if (dsec_run_program(argv, NULL, &out, err) < 0)
+    return NULL;
+  layer = json_loads(out, 0, NULL);
+  if (!json_is_string(json_object_get(layer, "digest"))) {
+    json_decref(layer);
+    dsec_fail(err, 0, "dsec-layer answered no layer record");
+    return NULL;
+  }
+  return layer;
+}
+
+json_t *dsec_checkpoint_record(struct dsec_traj *t, int events_fd,
+                               const char *id, json_t *state, json_t *layer,
+                               bool consistent, struct dsec_error **err)
+{
+  json_t *digest = json_object_get(layer, "digest");
+  json_t *after = t->last_seq ? t->last_seq : json_null();
+  json_t *ev;
+
+  if (traj_checkpoint(t, json_string_value(digest), consistent, err) < 0)
+    return NULL;
+  ev = json_pack("{s:s, s:O, s:O}", "type", "checkpoint", "layer", digest,
+                 "after_seq", after);
+  dsec_event_append(events_fd, id, ev, NULL);
+  json_decref(ev);
+  json_object_set(state, "checkpoint", digest);
+  return json_pack("{s:s, s:s, s:O, s:O, s:b}", "type", "checkpoint", "id", id,
+                   "layer", layer, "after_seq", after, "consistent",
+                   consistent);
+}
+
+json_t *dsec_exec_output(const char *stream, const char *buf, size_t len)
+{
+  char *b64 = xmalloc(4 * ((len + 2) / 3) + 1);
+  json_t *m;
+  EVP_EncodeBlock((unsigned char *) b64, (const unsigned char *) buf, (int) len);
+  m = json_pack("{s:s, s:s, s:s}", "type", "output", "stream", stream,
+                "data_b64", b64);
+  free(b64);
+  return m;
 }
 
 void dsec_exec_events(int events_fd, const char *id, json_t *req, json_t *res,

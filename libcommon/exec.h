@@ -58,10 +58,22 @@ int dsec_traj_check(struct dsec_traj *t, json_t *req, const json_int_t *running,
 int dsec_traj_append(struct dsec_traj *t, json_t *seq, json_t *req,
                      json_t *res, struct dsec_error **err);
 
-/* Records a checkpoint (the writable layer committed as layer digest)
- * after the last seq; -1 when it cannot be made durable. */
-int dsec_traj_checkpoint(struct dsec_traj *t, const char *digest,
-                         bool consistent, struct dsec_error **err);
+/* A checkpoint, for both supervisors.  dsec_checkpoint_layer makes the
+ * overlay upper directory upper a layer in the store through dsec-layer
+ * (which has the archive code), owners shifted down by shift, tagged
+ * name when not NULL: the layer record (new) or NULL.
+ * dsec_checkpoint_record then records it: the trajectory (synced), a
+ * "checkpoint" event, state's "checkpoint"; it returns the answer to the
+ * client (new), or NULL when the trajectory cannot take it. */
+json_t *dsec_checkpoint_layer(const char *upper, unsigned shift,
+                              const char *name, struct dsec_error **err);
+json_t *dsec_checkpoint_record(struct dsec_traj *t, int events_fd,
+                               const char *id, json_t *state, json_t *layer,
+                               bool consistent, struct dsec_error **err);
+
+/* A piece of an exec's output as the record a client streaming it gets
+ * (new): {"type":"output","stream":..,"data_b64":..}. */
+json_t *dsec_exec_output(const char *stream, const char *buf, size_t len);
 
 /* The result record of an exec, as both backends answer it (new). */
 json_t *dsec_exec_result(const char *id, json_t *seq, int exit_code, int sig,

@@ -1194,7 +1194,6 @@ static int exec_attached(const char *id, json_t *req, json_t **res,
 {
   struct dsec_conn *c = NULL;
   int ret = connect_running(id, &c, err);
-  bool streamed = false;
 
   if (ret < 0) {
     (*err)->status = DSEC_EXIT_INTERNAL;
@@ -1209,22 +1208,10 @@ static int exec_attached(const char *id, json_t *req, json_t **res,
       goto fail;
     type = json_string_value(json_object_get(m, "type"));
     if (!type || strcmp(type, "output") != 0) {
-      /* a supervisor that does not stream (a VM's answers come whole):
-       * the output is the result's */
-      if (!streamed && type && strcmp(type, "result") == 0) {
-        static const char *const streams[] = { "stdout", "stderr" };
-        for (int k = 0; k < 2; k++) {
-          json_t *o = json_object_get(m, streams[k]);
-          if (json_string_length(o))
-            dsec_write_all(k ? STDERR_FILENO : STDOUT_FILENO,
-                           json_string_value(o), json_string_length(o), NULL);
-        }
-      }
       *res = m;
       dsec_conn_close(c);
       return 0;
     }
-    streamed = true;
     b64 = json_string_value(json_object_get(m, "data_b64"));
     if (b64) {
       size_t n = strlen(b64);

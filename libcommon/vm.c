@@ -172,6 +172,7 @@ struct vjob {
   double start;
   double deadline; /* past it the guest is overdue (0: no timeout) */
   uint64_t cap;    /* the output kept per stream */
+  bool stream;     /* the client wants the output as output records */
 };
 
 struct vclient {
@@ -1166,6 +1167,7 @@ static void job_start(struct vm *v, struct vclient *cl, json_t *req)
   j = xzalloc(sizeof *j);
   j->req = dsec_exec_request_record(req, v->workdir ? v->workdir : "/", &cap);
   j->cap = cap;
+  j->stream = json_is_true(json_object_get(req, "stream"));
   j->seq = json_object_get(j->req, "seq");
   if (j->seq) {
     json_int_t *running = xzalloc(sizeof *running * (v->njobs + 1));
@@ -1278,6 +1280,18 @@ static void job_done(struct vm *v, json_t *m, const char *payload)
                    otot - olen + etot - elen);
   if (j->cl) {
     struct vclient *cl = j->cl;
+    if (j->stream) {
+      /* the guest answers whole: what a streaming client gets, at once */
+      static const char *const names[] = { "stdout", "stderr" };
+      const char *bufs[] = { payload, payload + olen };
+      size_t lens[] = { olen, elen };
+      for (int i = 0; i < 2; i++)
+        if (lens[i]) {
+          json_t *o = dsec_exec_output(names[i], bufs[i], lens[i]);
+          client_write(cl, o);
+          json_decref(o);
+        }
+    }
     client_write(cl, res);
     cl->job = NULL;
   }
@@ -1507,24 +1521,16 @@ static json_t *vm_checkpoint(struct vm *v, const char *name)
   _cleanup_free_ char *mnt = xasprintf("%s/checkpoint", v->run);
   _cleanup_free_ char *upper = xasprintf("%s/upper", mnt);
   _cleanup_free_ char *disk = xasprintf("%s/disk.img", v->dir);
-  _cleanup_free_ char *prog = dsec_sibling_program("dsec-layer");
-  _cleanup_free_ char *out = NULL;
   _cleanup_free_ char *dev = NULL;
   _cleanup_close_ int fd = -1;
   _cleanup_close_ int loop = -1;
   _cleanup_json_ json_t *layer = NULL;
-  char *argv[] = { prog, "create", "--dir", upper, "--overlay-upper",
-                   "--keep-setuid", NULL, NULL, NULL };
   bool mounted = false;
-  int ret = -1;
+  json_t *r;
 
   if (v->njobs > 0) {
     dsec_fail(&err, EBUSY, "execs are running; checkpoint when they end");
     return dsec_ctl_op_error(err);
-  }
-  if (name) {
-    argv[6] = "--name";
-    argv[7] = (char *) name;
   }
   if (agent_freeze(v, true, &err) < 0) {
     agent_freeze(v, false, NULL); /* a late freeze must not stay */
@@ -1537,49 +1543,35 @@ static json_t *vm_checkpoint(struct vm *v, const char *name)
     return dsec_ctl_op_error(err);
   }
   fd = open(disk, O_RDONLY | O_CLOEXEC);
-  if (fd < 0) {
+  if (fd < 0)
     dsec_fail(&err, errno, "cannot open %s", disk);
-    goto thaw;
+  else if ((dev = dsec_loop_attach(fd, &loop, &err))) {
+    mkdir(mnt, 0700);
+    if (mount(dev, mnt, "ext4", MS_RDONLY | MS_NODEV | MS_NOSUID | MS_NOEXEC,
+              "noload") < 0)
+      dsec_fail(&err, errno, "cannot mount the VM's disk");
+    else
+      mounted = true;
   }
-  dev = dsec_loop_attach(fd, &loop, &err);
-  if (!dev)
-    goto thaw;
-  mkdir(mnt, 0700);
-  if (mount(dev, mnt, "ext4", MS_RDONLY | MS_NODEV | MS_NOSUID | MS_NOEXEC,
-            "noload") < 0) {
-    dsec_fail(&err, errno, "cannot mount the VM's disk");
-    goto thaw;
-  }
-  mounted = true;
-  ret = dsec_run_program(argv, NULL, &out, &err);
-thaw:
+  /* the guest's ids are the disk's: no shift */
+  if (mounted)
+    layer = dsec_checkpoint_layer(upper, 0, name, &err);
   if (mounted)
     umount2(mnt, MNT_DETACH);
   rmdir(mnt);
-  if (qmp_simple(v, "cont", ret < 0 ? NULL : &err) < 0)
-    ret = -1;
-  if (agent_freeze(v, false, ret < 0 ? NULL : &err) < 0)
-    ret = -1;
-  if (ret < 0)
-    return dsec_ctl_op_error(err);
-  layer = json_loads(out, 0, NULL);
-  if (!json_is_string(json_object_get(layer, "digest"))) {
-    dsec_fail(&err, 0, "dsec-layer answered no layer record");
-    return dsec_ctl_op_error(err);
+  {
+    /* both, whatever happened: a guest is never left paused or frozen */
+    bool cont = qmp_simple(v, "cont", layer ? &err : NULL) == 0;
+    bool thawed = agent_freeze(v, false, layer ? &err : NULL) == 0;
+    if (!layer || !cont || !thawed)
+      return dsec_ctl_op_error(err);
   }
-  if (dsec_traj_checkpoint(&v->traj,
-                           json_string_value(json_object_get(layer, "digest")),
-                           true, &err) < 0)
+  r = dsec_checkpoint_record(&v->traj, v->events_fd, v->id, v->state, layer,
+                             true, &err);
+  if (!r)
     return dsec_ctl_op_error(err);
-  vm_event(v, json_pack("{s:s, s:O, s:O}", "type", "checkpoint", "layer",
-                        json_object_get(layer, "digest"), "after_seq",
-                        v->traj.last_seq ? v->traj.last_seq : json_null()));
-  json_object_set(v->state, "checkpoint", json_object_get(layer, "digest"));
   vm_write_state(v);
-  return json_pack("{s:s, s:s, s:O, s:O, s:b}", "type", "checkpoint", "id",
-                   v->id, "layer", layer, "after_seq",
-                   v->traj.last_seq ? v->traj.last_seq : json_null(),
-                   "consistent", true);
+  return r;
 }
 
 static void client_next(struct vm *v, struct vclient *cl)

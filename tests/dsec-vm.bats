@@ -216,16 +216,26 @@ qemu_pids() {
 
 @test "rm leaves no QEMU process, no file and no mount" {
   require_vm
-  local id q
+  local id q sup ns p
   id=$(vm_create)
   q=$(qemu_pids)
   [ -n "$q" ]
+  # the mounts live in the supervisor's mount namespace (a checkpoint's
+  # loop mount, QEMU's root under it): gone when no process holds it
+  sup=$(dsec-vm inspect "$id" | jq -r .supervisor_pid)
+  ns=$(readlink "/proc/$sup/ns/mnt")
+  [ "$ns" != "$(readlink /proc/self/ns/mnt)" ]
+  dsec-vm checkpoint "$id" >/dev/null
   run -0 dsec-vm rm "$id"
   sb_dead "$q"
   [ -z "$(qemu_pids)" ]
   [ ! -e "$DSEC_ROOT/sandboxes/$id" ]
   [ ! -e "$DSEC_RUN/$id" ]
-  ! grep -q "$DSEC_ROOT" /proc/mounts
+  for p in /proc/[0-9]*; do
+    [ "$(readlink "$p/ns/mnt" 2>/dev/null)" != "$ns" ] ||
+      { echo "process ${p#/proc/} still holds the VM's mounts" >&2; false; }
+  done
+  ! losetup -a | grep -q "sandboxes/$id/disk.img"
 }
 
 @test "a guest that panics is reported died, with the panic as its cause" {
