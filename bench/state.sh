@@ -28,18 +28,7 @@ examples/mkrootfs-busybox.sh "$work/bb.tar.gz"
 dsec-pull --name busybox:bench "tar:$work/bb.tar.gz" >/dev/null
 dsec-layer materialise busybox:bench >/dev/null
 
-ms() { echo $(( ($(date +%s%N) - $1) / 1000 )); }   # microseconds since $1
-rows=()
-# stat NAME VALUES(us...): p50/p99 in ms
-stat() {
-  local name=$1; shift
-  local sorted p50 p99
-  sorted=$(printf '%s\n' "$@" | sort -n)
-  p50=$(sed -n "$(( ($# + 1) / 2 ))p" <<<"$sorted")
-  p99=$(sed -n "$(( ($# * 99 + 99) / 100 ))p" <<<"$sorted")
-  rows+=("$(printf '%-34s %10.2f %10.2f' "$name" "$(bc -l <<<"$p50/1000")" "$(bc -l <<<"$p99/1000")")")
-}
-command -v bc >/dev/null || apt-get install -y -q bc >/dev/null
+. bench/lib.sh
 
 # checkpoint and resume (--release, then resume) against the layer's size
 for mb in 0 16 64; do
@@ -47,9 +36,9 @@ for mb in 0 16 64; do
   for i in $(seq "$N"); do
     id=$(dsec-run create --image busybox:bench | jq -r .id)
     [ "$mb" -eq 0 ] || dsec-run exec "$id" -- dd if=/dev/urandom of=/work/blob bs=1M count="$mb" >/dev/null 2>&1
-    t=$(date +%s%N); dsec-run checkpoint "$id" >/dev/null; cps+=("$(ms "$t")")
+    t=$(date +%s%N); dsec-run checkpoint "$id" >/dev/null; cps+=("$(us "$t")")
     dsec-run suspend --release "$id" >/dev/null
-    t=$(date +%s%N); dsec-run resume "$id" >/dev/null; ress+=("$(ms "$t")")
+    t=$(date +%s%N); dsec-run resume "$id" >/dev/null; ress+=("$(us "$t")")
     dsec-run rm "$id" >/dev/null
   done
   stat "checkpoint, ${mb} MiB written" "${cps[@]}"
@@ -61,7 +50,7 @@ for n in 1 4 16; do
   ts=()
   for i in $(seq "$(( N < 5 ? N : 5 ))"); do
     id=$(dsec-run create --image busybox:bench | jq -r .id)
-    t=$(date +%s%N); dsec-run fork --count "$n" "$id" >"$work/fork.out"; ts+=("$(ms "$t")")
+    t=$(date +%s%N); dsec-run fork --count "$n" "$id" >"$work/fork.out"; ts+=("$(us "$t")")
     # shellcheck disable=SC2046
     dsec-run rm "$id" $(jq -r .id "$work/fork.out") >/dev/null
   done
@@ -75,9 +64,9 @@ ready() { ls "$DSEC_ROOT"/pools/*/ready 2>/dev/null | grep -c '^sb-' || true; }
 claims=() plain=()
 for i in $(seq "$N"); do
   for w in $(seq 100); do [ "$(ready)" -ge 1 ] && break; sleep 0.1; done
-  t=$(date +%s%N); id=$(dsec-run create --image busybox:bench --memory 64 | jq -r .id); claims+=("$(ms "$t")")
+  t=$(date +%s%N); id=$(dsec-run create --image busybox:bench --memory 64 | jq -r .id); claims+=("$(us "$t")")
   dsec-run rm "$id" >/dev/null
-  t=$(date +%s%N); id=$(dsec-run create --image busybox:bench --memory 32 | jq -r .id); plain+=("$(ms "$t")")
+  t=$(date +%s%N); id=$(dsec-run create --image busybox:bench --memory 32 | jq -r .id); plain+=("$(us "$t")")
   dsec-run rm "$id" >/dev/null
 done
 stat "create, claimed from a pool" "${claims[@]}"
@@ -88,7 +77,7 @@ kill -TERM "$pool_pid"; wait "$pool_pid" 2>/dev/null || true; pool_pid=
 id=$(dsec-run create --image busybox:bench | jq -r .id)
 onep=()
 for i in $(seq $((N * 10))); do
-  t=$(date +%s%N); dsec-run exec "$id" -- true >/dev/null; onep+=("$(ms "$t")")
+  t=$(date +%s%N); dsec-run exec "$id" -- true >/dev/null; onep+=("$(us "$t")")
 done
 stat "exec true, a dsec-run per exec" "${onep[@]}"
 n=$((N * 100))
@@ -110,5 +99,5 @@ stat "exec true, through serve" "${serve[@]}"
 
 echo
 echo "dsec rollout state: N=$N, $(nproc) cores, $(uname -r), $(date -u +%FT%TZ)"
-printf '%-34s %10s %10s\n' case "p50 ms" "p99 ms"
+printf '%-40s %10s %10s\n' case "p50 ms" "p99 ms"
 printf '%s\n' "${rows[@]}"

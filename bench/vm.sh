@@ -35,24 +35,12 @@ cleanup() {
   rm -rf "$work"
 }
 trap cleanup EXIT INT TERM
-command -v bc >/dev/null || apt-get install -y -q bc >/dev/null
 
 examples/mkrootfs-busybox.sh "$work/bb.tar.gz"
 dsec-pull --name busybox:bench "tar:$work/bb.tar.gz" >/dev/null
 dsec-layer materialise --format erofs busybox:bench >/dev/null
 
-us() { echo $(( ($(date +%s%N) - $1) / 1000 )); }   # microseconds since $1
-rows=()
-# stat NAME VALUES(us...): a row with p50/p99 in ms; P50 is left set (us)
-stat() {
-  local name=$1; shift
-  local sorted p50 p99
-  sorted=$(printf '%s\n' "$@" | sort -n)
-  p50=$(sed -n "$(( ($# + 1) / 2 ))p" <<<"$sorted")
-  p99=$(sed -n "$(( ($# * 99 + 99) / 100 ))p" <<<"$sorted")
-  rows+=("$(printf '%-40s %10.1f %10.1f' "$name" "$(bc -l <<<"$p50/1000")" "$(bc -l <<<"$p99/1000")")")
-  P50=$p50
-}
+. bench/lib.sh
 ratio() { bc -l <<<"$1/$2" | xargs printf '%.2fx'; }
 
 # --- boot to first exec, and the bare-QEMU floor -------------------------
