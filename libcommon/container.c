@@ -67,6 +67,7 @@
 #include "ctl.h"
 #include "exec.h"
 #include "fsutil.h"
+#include "idrange.h"
 #include "landlock.h"
 #include "log.h"
 #include "process.h"
@@ -80,36 +81,10 @@
 #define CLONE_NEWTIME 0x00000080
 #endif
 
-#define IDMAP_DEFAULT_BASE 0x30000000u
-#define IDMAP_COUNT 65536u
 #define MSG_MAX (1u << 20)
 
 /* Messages between the supervisor and init travel on a SOCK_SEQPACKET
  * pair: one JSON object per message, an exec's three pipe ends attached. */
-
-void dsec_idmap_range(uid_t *base, uid_t *count)
-{
-  /* a subordinate range of "dsec" (or root) in /etc/subuid, else a range
-   * far above ordinary users */
-  static const char *const users[] = { "dsec", "root" };
-  _cleanup_free_ char *buf = dsec_read_file_at(AT_FDCWD, "/etc/subuid",
-                                               1 << 20, NULL, NULL);
-  *base = IDMAP_DEFAULT_BASE;
-  *count = IDMAP_COUNT;
-  for (size_t u = 0; buf && u < ARRAY_SIZE(users); u++) {
-    size_t n = strlen(users[u]);
-    for (char *line = buf; line && *line;) {
-      char *nl = strchr(line, '\n');
-      unsigned long b, c;
-      if (strncmp(line, users[u], n) == 0 && line[n] == ':' &&
-          sscanf(line + n + 1, "%lu:%lu", &b, &c) == 2 && c >= IDMAP_COUNT) {
-        *base = (uid_t) b;
-        return;
-      }
-      line = nl ? nl + 1 : NULL;
-    }
-  }
-}
 
 static int write_file(const char *path, const char *s)
 {
@@ -2567,17 +2542,12 @@ _Noreturn void dsec_supervisor_main(struct dsec_container_opts *o)
     dsec_fail(&err, errno, "cannot create a mount namespace");
     goto fail;
   }
-  /* 0711: the sandbox's root (an unprivileged host uid) must traverse it
-   * to reach its root file system; nobody may list it, and the socket in
-   * it is 0600 */
+  /* private (0700): the sandbox's processes never need a host path, its
+   * init enters the root file system through a descriptor */
   {
     _cleanup_free_ char *top = dsec_run_dir();
-    if (dsec_mkdir_p(AT_FDCWD, s->run, 0711, &err) < 0 ||
-        chmod(top, 0711) < 0 || chmod(s->run, 0711) < 0) {
-      if (!err)
-        dsec_fail(&err, errno, "cannot create %s", s->run);
+    if (dsec_private_dir(top, &err) < 0 || dsec_private_dir(s->run, &err) < 0)
       goto fail;
-    }
   }
   s->run_fd = open(s->run, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   {
@@ -2630,8 +2600,13 @@ _Noreturn void dsec_supervisor_main(struct dsec_container_opts *o)
     /* the sandbox's root is our own root, which is us on the host */
     base = 0;
     count = 1;
-  } else
-    dsec_idmap_range(&base, &count);
+  } else {
+    struct dsec_idrange r;
+    if (dsec_idrange_acquire(o->id, &r, &err) < 0)
+      goto fail;
+    base = r.base;
+    count = r.count;
+  }
   s->base = base;
   if (!s->rootless) {
     char map[64], path[64];
@@ -2813,8 +2788,8 @@ _Noreturn void dsec_supervisor_main(struct dsec_container_opts *o)
     json_object_set_new(s->state, "rootfs", json_string(rootfs));
     json_object_set_new(s->state, "socket", json_string(sock));
     json_object_set_new(s->state, "idmap",
-                        json_pack("{s:i, s:i}", "host_base", (int) base,
-                                  "count", (int) count));
+                        json_pack("{s:I, s:I}", "host_base", (json_int_t) base,
+                                  "count", (json_int_t) count));
   }
   if ((v = json_object_get(o->spec, "name")))
     json_object_set(s->state, "name", v);

@@ -26,7 +26,4 @@ struct dsec_container_opts {
  * the sandbox ends, then exits.  Never returns. */
 _Noreturn void dsec_supervisor_main(struct dsec_container_opts *o);
 
-/* The uid/gid range sandboxes map their root to (first host id, count). */
-void dsec_idmap_range(uid_t *base, uid_t *count);
-
 #endif

@@ -13,7 +13,7 @@ int dsec_lock_at(int dirfd, const char *name, enum dsec_lock_mode mode,
   int op = (mode == DSEC_LOCK_EXCLUSIVE ? LOCK_EX : LOCK_SH) |
            (nonblock ? LOCK_NB : 0);
   int fd = openat(dirfd, name, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW,
-                  0644);
+                  0600);
 
   if (fd < 0)
     return dsec_fail(err, errno, "cannot open lock %s", name);

@@ -20,6 +20,7 @@
 #include "cgroup.h"
 #include "client.h"
 #include "fsutil.h"
+#include "idrange.h"
 #include "layer.h"
 #include "lock.h"
 #include "log.h"
@@ -799,6 +800,37 @@ static int reap_names(struct reap *r, struct dsec_error **err)
   return ret;
 }
 
+/* Host id ranges whose sandbox is gone (rm frees its own; a crash or a
+ * create that died half-way leaves one behind). */
+static void collect_id(void *ud, const char *slot, const char *owner)
+{
+  json_array_append_new(ud, json_pack("{s:s, s:s?}", "slot", slot, "sandbox",
+                                      owner));
+}
+
+static int reap_ids(struct reap *r, struct dsec_error **err)
+{
+  _cleanup_json_ json_t *gone = json_array();
+  json_t *g;
+  size_t i;
+  int ret = 0;
+
+  dsec_idrange_collect(STALE_S, !r->o->dry_run, collect_id, gone);
+  json_array_foreach(gone, i, g)
+  {
+    _cleanup_free_ char *path = xasprintf(
+      "%s/ids/%s", r->root, json_string_value(json_object_get(g, "slot")));
+    json_t *extra = json_pack("{s:s}", "path", path);
+    if (json_object_get(g, "sandbox"))
+      json_object_set(extra, "sandbox", json_object_get(g, "sandbox"));
+    ret = put(r, "ids", json_string_value(json_object_get(g, "slot")),
+              "orphan", act(r, "removed", "would remove"), 0, extra, err);
+    if (ret < 0)
+      break;
+  }
+  return ret;
+}
+
 /* Removes the "*.tmp-*" entries of dirfd (the directory at path) older
  * than STALE_S; with recurse, also in its subdirectories (not crossing
  * into tmp entries). */
@@ -1527,7 +1559,7 @@ int dsec_reap(const struct dsec_reap_opts *o, dsec_reap_emit_fn emit,
 
   /* one reaper at a time: a second one waits, then finds the work done */
   if (!o->dry_run) {
-    ret = dsec_mkdir_p(AT_FDCWD, r.root, 0755, err);
+    ret = dsec_private_dir(r.root, err);
     if (ret == 0) {
       _cleanup_close_ int rfd = open(r.root, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
       lock = rfd < 0 ? dsec_fail(err, errno, "cannot open %s", r.root)
@@ -1551,6 +1583,8 @@ int dsec_reap(const struct dsec_reap_opts *o, dsec_reap_emit_fn emit,
     ret = reap_cgroups(&r, err);
   if (ret == 0)
     ret = reap_names(&r, err);
+  if (ret == 0)
+    ret = reap_ids(&r, err);
   if (ret == 0)
     ret = reap_root_tmp(&r, err);
   if (ret == 0)

@@ -924,7 +924,7 @@ static int create_sandbox(json_t *spec_in, const char *reuse_id,
     char *text;
     json_t *st;
 
-    if (dsec_mkdir_p(AT_FDCWD, parent, 0711, err) < 0)
+    if (dsec_mkdir_p(AT_FDCWD, parent, 0700, err) < 0)
       goto abandon;
     /* a resumed sandbox keeps its directory; its writable layer was taken
      * into its checkpoint and starts empty */

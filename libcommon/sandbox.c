@@ -19,6 +19,7 @@
 #include "cgroup.h"
 #include "client.h"
 #include "fsutil.h"
+#include "idrange.h"
 #include "log.h"
 #include "spec.h"
 #include "store.h"
@@ -394,6 +395,8 @@ void dsec_sandbox_remove_files(const char *id, json_t *spec)
   _cleanup_error_ struct dsec_error *e = NULL;
   const char *name = json_string_value(json_object_get(spec, "name"));
 
+  /* the host id range first: it is found through the directory */
+  dsec_idrange_release(id);
   if (dsec_rm_rf_at(AT_FDCWD, dir, &e) < 0)
     dsec_warn("%s", e->msg);
   dsec_error_free(steal_pointer(&e));

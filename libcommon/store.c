@@ -44,6 +44,30 @@ char *dsec_run_dir(void)
   return env_dir("DSEC_RUN", "/run/dsec", "XDG_RUNTIME_DIR", NULL);
 }
 
+int dsec_private_dir(const char *path, struct dsec_error **err)
+{
+  _cleanup_free_ char *parent = xstrdup(path);
+  char *slash = strrchr(parent, '/');
+  struct stat st;
+
+  if (slash && slash != parent) {
+    *slash = '\0';
+    if (dsec_mkdir_p(AT_FDCWD, parent, 0755, err) < 0)
+      return -1;
+  }
+  if (mkdir(path, 0700) < 0 && errno != EEXIST)
+    return dsec_fail(err, errno, "cannot create %s", path);
+  if (lstat(path, &st) < 0)
+    return dsec_fail(err, errno, "cannot stat %s", path);
+  if (!S_ISDIR(st.st_mode))
+    return dsec_error_set(err, DSEC_EXIT_INPUT, ENOTDIR, "%s is not a directory",
+                          path);
+  if (st.st_uid == geteuid() && (st.st_mode & 077) &&
+      chmod(path, st.st_mode & 0700) < 0)
+    return dsec_fail(err, errno, "cannot make %s private", path);
+  return 0;
+}
+
 void dsec_store_free(struct dsec_store *s)
 {
   if (!s)
@@ -87,7 +111,8 @@ int dsec_store_open(struct dsec_store **out, struct dsec_error **err)
     return dsec_error_set(err, DSEC_EXIT_USAGE, 0,
                           "store path must be absolute: %s", path);
   }
-  if (dsec_mkdir_p(AT_FDCWD, path, 0755, err) < 0)
+  if ((root && dsec_private_dir(root, err) < 0) ||
+      dsec_private_dir(path, err) < 0)
     goto fail;
   s->fd = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   if (s->fd < 0) {

@@ -41,7 +41,14 @@ char *dsec_root_dir(void);
 /* $DSEC_RUN, else /run/dsec as root, else $XDG_RUNTIME_DIR/dsec. */
 char *dsec_run_dir(void);
 
-/* Opens the store, creating its directories. */
+/* Makes path a directory only its owner reaches (0700), creating it and
+ * its parents (0755) when missing, and taking group and other access away
+ * from one we own.  $DSEC_ROOT, $DSEC_RUN and the store are such
+ * directories: what is in them (extracted layers, a sandbox's files, lock
+ * files) is no other user's business. */
+int dsec_private_dir(const char *path, struct dsec_error **err);
+
+/* Opens the store, creating its directories (private, see above). */
 int dsec_store_open(struct dsec_store **out, struct dsec_error **err);
 void dsec_store_free(struct dsec_store *s);
 static inline void dsec_store_freep(struct dsec_store **s)

@@ -57,6 +57,7 @@
 #include "exec.h"
 #include "exitcodes.h"
 #include "fsutil.h"
+#include "idrange.h"
 #include "log.h"
 #include "netmux.h"
 #include "process.h"
@@ -158,7 +159,7 @@ const char *dsec_vm_accelerator(void)
   {
     _cleanup_free_ char *line = xasprintf("%s %s\n", kvm ? "kvm" : "tcg",
                                           boot ? boot : "-");
-    dsec_mkdir_p(AT_FDCWD, run, 0711, NULL);
+    dsec_private_dir(run, NULL);
     dsec_write_file_replace(AT_FDCWD, path, line, strlen(line), 0644, NULL);
   }
   return kvm ? "kvm" : "tcg";
@@ -206,6 +207,7 @@ struct vm {
   size_t alen, acap;
   uid_t uid;
   gid_t gid;
+  uid_t host_id;  /* QEMU's: the first id of the VM's own host range */
   const char *workdir;
   double start_ms, last_activity_ms;
   json_int_t ttl_s, idle_s;
@@ -340,7 +342,7 @@ static unsigned long tsc_khz(void)
     _cleanup_error_ struct dsec_error *e = NULL;
     char line[160];
     int n = snprintf(line, sizeof line, "%lu %s\n", khz, boot ? boot : "-");
-    dsec_mkdir_p(AT_FDCWD, run, 0711, NULL);
+    dsec_private_dir(run, NULL);
     dsec_write_file_replace(AT_FDCWD, path, line, (size_t) n, 0644, &e);
   }
   return khz;
@@ -654,7 +656,7 @@ static _Noreturn void qemu_child(struct vm *vm, json_t *argv, int fds[5],
   bool kvm = strcmp(vm->accel, "kvm") == 0;
   int all[5 + ARRAY_SIZE(qf->fd)];
   size_t n = 5 + qf->n, i;
-  uid_t uid, count;
+  uid_t uid = vm->host_id;
   gid_t kvm_gid = 0;
   json_t *x;
 
@@ -701,7 +703,6 @@ static _Noreturn void qemu_child(struct vm *vm, json_t *argv, int fds[5],
   /* the bounding set first: dropping needs CAP_SETPCAP, gone with root */
   for (int cap = 0; cap <= 63; cap++)
     prctl(PR_CAPBSET_DROP, cap, 0, 0, 0);
-  dsec_idmap_range(&uid, &count);
   if (setgroups(kvm_gid ? 1 : 0, &kvm_gid) < 0 ||
       setresgid(uid, uid, uid) < 0 || setresuid(uid, uid, uid) < 0) {
     dprintf(2, "dsec-vm: cannot switch QEMU to user %u: %s\n", uid,
@@ -1835,8 +1836,11 @@ _Noreturn void dsec_vm_supervisor_main(struct dsec_container_opts *o)
     dsec_fail(&err, errno, "cannot create a mount namespace");
     goto fail;
   }
-  if (dsec_mkdir_p(AT_FDCWD, v->run, 0711, &err) < 0)
-    goto fail;
+  {
+    _cleanup_free_ char *top = dsec_run_dir();
+    if (dsec_private_dir(top, &err) < 0 || dsec_private_dir(v->run, &err) < 0)
+      goto fail;
+  }
   {
     _cleanup_free_ char *tp = xasprintf("%s/trajectory.jsonl", v->dir);
     _cleanup_free_ char *ep = xasprintf("%s/events.jsonl", v->dir);
@@ -1869,9 +1873,11 @@ _Noreturn void dsec_vm_supervisor_main(struct dsec_container_opts *o)
   {
     /* QEMU reopens it as the unprivileged id it runs as */
     _cleanup_free_ char *disk = xasprintf("%s/disk.img", v->dir);
-    uid_t base, count;
-    dsec_idmap_range(&base, &count);
-    if (chown(disk, base, base) < 0) {
+    struct dsec_idrange r;
+    if (dsec_idrange_acquire(o->id, &r, &err) < 0)
+      goto fail;
+    v->host_id = r.base;
+    if (chown(disk, r.base, r.base) < 0) {
       dsec_fail(&err, errno, "cannot give %s to QEMU's user", disk);
       goto fail;
     }
@@ -2101,6 +2107,11 @@ _Noreturn void dsec_vm_supervisor_main(struct dsec_container_opts *o)
     if (bootid)
       json_object_set_new(v->state, "boot_id", json_string(bootid));
     json_object_set_new(v->state, "cgroup", dsec_cgroup_to_json(v->cg));
+    /* QEMU's host id: the first of the VM's own range */
+    json_object_set_new(v->state, "idmap",
+                        json_pack("{s:I, s:I}", "host_base",
+                                  (json_int_t) v->host_id, "count",
+                                  (json_int_t) DSEC_IDRANGE_SIZE));
     if ((x = json_object_get(o->spec, "name")))
       json_object_set(v->state, "name", x);
   }
