@@ -444,6 +444,25 @@ static void protect_and_hide(json_t *spec, int sock)
     if (lstat(p, &st) < 0)
       die_init_status(sock, DSEC_EXIT_INPUT, "protect: %s does not exist in "
                                              "the sandbox", p);
+    /* a symbolic link on the way could be pointed elsewhere later (it is
+     * not the protected tree): the path must be the real one */
+    {
+      _cleanup_free_ char *a = xstrdup(p);
+      for (char *slash = a; slash;) {
+        struct stat ls;
+        slash = strchr(slash + 1, '/');
+        if (slash)
+          *slash = '\0';
+        if (lstat(a, &ls) == 0 && S_ISLNK(ls.st_mode)) {
+          errno = 0; /* no failed call to report */
+          die_init_status(sock, DSEC_EXIT_INPUT,
+                          "protect: %s runs through the symbolic link %s: "
+                          "protect the path it leads to", p, a);
+        }
+        if (slash)
+          *slash = '/';
+      }
+    }
     /* Every directory above a protected path becomes a mount point (bound
      * onto itself, still writable): the kernel refuses to rename or remove
      * a mount point, so a parent cannot be moved away and replaced by a
@@ -595,7 +614,9 @@ static void fncall_enter(struct init_ctx *c, const char *workdir)
   pid_t pid;
   int status;
 
-  if (unshare(CLONE_NEWNS | CLONE_NEWPID) < 0) {
+  /* calls share no SysV IPC or POSIX shared memory either (own IPC
+   * namespace, own /dev/shm below) */
+  if (unshare(CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWIPC) < 0) {
     dprintf(STDERR_FILENO, "dsec: cannot isolate the call: %s\n",
             strerror(errno));
     _exit(125);
@@ -620,6 +641,9 @@ static void fncall_enter(struct init_ctx *c, const char *workdir)
    * (subset=pid: no sysctls, no kpage* or kcore files to mask) */
   if (mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC,
             "subset=pid") < 0)
+    goto fail;
+  if (mount("tmpfs", "/dev/shm", "tmpfs", MS_NOSUID | MS_NODEV,
+            "mode=1777,size=67108864") < 0)
     goto fail;
   if (mount("tmpfs", "/tmp", "tmpfs", MS_NOSUID | MS_NODEV, c->tmp_size) < 0 ||
       (strcmp(workdir, "/") != 0 && strcmp(workdir, "/tmp") != 0 &&
@@ -843,6 +867,13 @@ _Noreturn static void run_init(struct stage1_args *a)
     syscall(SYS_close_range, 4U, ~0U, 0U);
     fcntl(3, F_SETFD, FD_CLOEXEC);
   }
+  {
+    /* no core dumps: a crashing program's memory stays in the sandbox
+     * (and no disk fills with them); the hard limit too, for good */
+    struct rlimit none = { 0, 0 };
+    if (setrlimit(RLIMIT_CORE, &none) < 0)
+      die_init(c.sock, "cannot set RLIMIT_CORE");
+  }
   c.last_cap = CAP_LAST_CAP;
   f = fopen("/proc/sys/kernel/cap_last_cap", "re");
   if (f) {
@@ -851,9 +882,19 @@ _Noreturn static void run_init(struct stage1_args *a)
     fclose(f);
   }
   c.tmp_size = xstrdup("mode=1777,size=268435456");
-  if (dsec_seccomp_build(&c.filter, true, &err) < 0 ||
-      dsec_seccomp_build(&c.filter_plain, false, &err) < 0)
-    die_init(c.sock, "%s", err->msg);
+  {
+    /* a read-write mount: no set-id bits anywhere (they would land on the
+     * host, the mount's owner's) */
+    unsigned flags = 0;
+    json_t *m;
+    size_t i;
+    json_array_foreach(json_object_get(a->spec, "mounts"), i, m)
+      if (!json_is_true(json_object_get(m, "ro")))
+        flags |= DSEC_SECCOMP_NO_SETID;
+    if (dsec_seccomp_build(&c.filter, flags | DSEC_SECCOMP_NOTIFY, &err) < 0 ||
+        dsec_seccomp_build(&c.filter_plain, flags, &err) < 0)
+      die_init(c.sock, "%s", err->msg);
+  }
   init_setup(&c, a->spec);
   ready = json_pack("{s:s}", "op", "ready");
   init_landlock(&c, a->spec, ready);
@@ -2298,11 +2339,74 @@ static int open_in_root(int rfd, const char *path, bool dir, uid_t base,
   }
 }
 
-/* A spec mount: the host source, idmapped to the sandbox's user namespace
- * (so the sandbox's root owns what the host's root owns, with nothing
- * chowned on the host), attached on its target inside the root. */
-static int bind_into_root(int rfd, json_t *m, int userns, uid_t base,
-                          struct dsec_error **err)
+/* A user namespace with the given maps, for an idmapped mount (new fd):
+ * a child that exists only until its namespace is opened. */
+static int userns_with_maps(const char *uid_map, const char *gid_map,
+                            struct dsec_error **err)
+{
+  char path[64];
+  int fd = -1, p[2];
+  pid_t pid;
+
+  if (pipe2(p, O_CLOEXEC) < 0)
+    return dsec_fail(err, errno, "pipe");
+  pid = (pid_t) syscall(SYS_clone, CLONE_NEWUSER | SIGCHLD, NULL, NULL, NULL, 0);
+  if (pid == 0) {
+    char c;
+    close(p[1]);
+    (void) !read(p[0], &c, 1);
+    _exit(0);
+  }
+  close(p[0]);
+  if (pid < 0) {
+    close(p[1]);
+    return dsec_fail(err, errno, "cannot create a user namespace");
+  }
+  snprintf(path, sizeof path, "/proc/%d/uid_map", (int) pid);
+  if (write_file(path, uid_map) == 0) {
+    snprintf(path, sizeof path, "/proc/%d/gid_map", (int) pid);
+    if (write_file(path, gid_map) == 0) {
+      snprintf(path, sizeof path, "/proc/%d/ns/user", (int) pid);
+      fd = open(path, O_RDONLY | O_CLOEXEC);
+    }
+  }
+  if (fd < 0)
+    dsec_fail(err, errno, "cannot map the ids of a mount");
+  close(p[1]);
+  while (waitpid(pid, NULL, 0) < 0 && errno == EINTR)
+    ;
+  return fd;
+}
+
+/* The id map of a read-write mount (for uid_map or gid_map): on the host,
+ * what the sandbox's user (id inside) creates or changes there belongs to
+ * the directory's owner (owner), every other id of the sandbox to the
+ * sandbox's own host range, and nothing of the sandbox's to host root.
+ * An owner that is root (or one of the sandbox's own ids) gets nothing:
+ * the sandbox's ids then stay its own, and root's files stay root's. */
+static char *rw_map(uid_t owner, uid_t base, uid_t inside)
+{
+  _cleanup_free_ char *below = NULL;
+  _cleanup_free_ char *above = NULL;
+
+  if (owner == 0 || (owner >= base && owner - base < DSEC_IDRANGE_SIZE))
+    return xasprintf("%u %u %u\n", base, base, DSEC_IDRANGE_SIZE);
+  below = inside > 0 ? xasprintf("%u %u %u\n", base, base, inside)
+                     : xstrdup("");
+  above = inside + 1 < DSEC_IDRANGE_SIZE
+            ? xasprintf("%u %u %u\n", base + inside + 1, base + inside + 1,
+                        DSEC_IDRANGE_SIZE - inside - 1)
+            : xstrdup("");
+  return xasprintf("%u %u 1\n%s%s", owner, base + inside, below, above);
+}
+
+/* A spec mount: the host source, attached on its target inside the root,
+ * nosuid and nodev.  A read-only one is idmapped to the sandbox's user
+ * namespace (the sandbox's root reads what the host's root owns); a
+ * read-write one through rw_map, so that nothing the sandbox writes there
+ * belongs to host root or to another sandbox. */
+static int bind_into_root(struct sup *s, int rfd, json_t *m, int userns,
+                          uid_t base, struct dsec_error **err)
 {
   const char *src = json_string_value(json_object_get(m, "source"));
   const char *dst = json_string_value(json_object_get(m, "target"));
@@ -2313,10 +2417,19 @@ static int bind_into_root(int rfd, json_t *m, int userns, uid_t base,
                              .userns_fd = (uint64_t) userns };
   _cleanup_close_ int t = -1;
   _cleanup_close_ int target = -1;
+  _cleanup_close_ int mapns = -1;
   struct stat st;
 
   if (stat(src, &st) < 0)
     return dsec_error_set(err, DSEC_EXIT_INPUT, errno, "mount source %s", src);
+  if (!ro && !s->rootless) {
+    _cleanup_free_ char *um = rw_map(st.st_uid, base, s->uid);
+    _cleanup_free_ char *gm = rw_map(st.st_gid, base, s->gid);
+    mapns = userns_with_maps(um, gm, err);
+    if (mapns < 0)
+      return dsec_error_wrap(err, "mount %s", src);
+    attr.userns_fd = (uint64_t) mapns;
+  }
   target = open_in_root(rfd, dst, S_ISDIR(st.st_mode), base, err);
   if (target < 0)
     return -1;
@@ -2326,7 +2439,13 @@ static int bind_into_root(int rfd, json_t *m, int userns, uid_t base,
     return dsec_fail(err, errno, "cannot open mount source %s", src);
   if (syscall(SYS_mount_setattr, t, "", AT_EMPTY_PATH | AT_RECURSIVE, &attr,
               sizeof attr) < 0) {
-    /* a filesystem that cannot be idmapped: mounted as it is */
+    /* a read-write mount is never given to the sandbox unmapped: its
+     * writes would be the host's root's */
+    if (!ro && !s->rootless)
+      return dsec_fail(err, errno, "cannot idmap mount %s (read-write mounts "
+                                   "need a file system with idmapped mounts)",
+                       src);
+    /* a read-only one on a file system that cannot be idmapped: as it is */
     attr.attr_set &= ~(uint64_t) MOUNT_ATTR_IDMAP;
     attr.userns_fd = 0;
     if (syscall(SYS_mount_setattr, t, "", AT_EMPTY_PATH | AT_RECURSIVE, &attr,
@@ -2442,7 +2561,7 @@ static int mount_rootfs(struct sup *s, struct dsec_container_opts *o,
       return dsec_fail(err, errno, "cannot open %s", rootfs);
     json_array_foreach(json_object_get(s->spec, "mounts"), i, m)
     {
-      if (bind_into_root(rfd, m, userns, base, err) < 0)
+      if (bind_into_root(s, rfd, m, userns, base, err) < 0)
         return -1;
     }
   }

@@ -3,6 +3,8 @@
 #include "sysfilter.h"
 
 #include <errno.h>
+#include <fcntl.h>
+#include <linux/netlink.h>
 #include <linux/sched.h>
 #include <seccomp.h>
 #include <stdio.h>
@@ -10,6 +12,8 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -60,8 +64,17 @@ static const struct {
   { 0x9436, EOPNOTSUPP },
 };
 
+/* Sockets: the families a program in a sandbox uses.  Every other one
+ * (AF_PACKET, AF_VSOCK, AF_ALG, AF_BLUETOOTH, AF_XDP, the netlink families
+ * but route ...) is kernel attack surface or a way past the network
+ * policy. */
+const int dsec_seccomp_socket_families[] = { AF_UNIX, AF_INET, AF_INET6,
+                                             AF_NETLINK, -1 };
+
 int dsec_seccomp_denial_errno(int nr, unsigned long arg1)
 {
+  if (nr == SCMP_SYS(socket) || nr == SCMP_SYS(socketpair))
+    return EAFNOSUPPORT;
   if (nr == SCMP_SYS(ioctl))
     for (size_t i = 0; i < sizeof denied_ioctls / sizeof denied_ioctls[0]; i++)
       if ((arg1 & 0xffffUL) == denied_ioctls[i].cmd16)
@@ -82,9 +95,108 @@ const char *dsec_seccomp_name(int nr)
   return buf;
 }
 
-int dsec_seccomp_build(struct dsec_bpf *out, bool notify,
+static bool family_allowed(int f)
+{
+  for (size_t i = 0; dsec_seccomp_socket_families[i] >= 0; i++)
+    if (dsec_seccomp_socket_families[i] == f)
+      return true;
+  return false;
+}
+
+/* socket() and socketpair() of a family not allowed.  The family is an
+ * int: compared on the low 32 bits only, so high garbage cannot slip one
+ * past (the kernel ignores it).  Families are below 64 (AF_MAX). */
+static int deny_socket_families(scmp_filter_ctx ctx, uint32_t deny)
+{
+  int r = 0;
+  for (int f = 0; f < 64 && r == 0; f++) {
+    if (family_allowed(f))
+      continue;
+    r = seccomp_rule_add(ctx, deny, SCMP_SYS(socket), 1,
+                         SCMP_A0(SCMP_CMP_MASKED_EQ, 0xffffffffUL, f));
+    if (r == 0)
+      r = seccomp_rule_add(ctx, deny, SCMP_SYS(socketpair), 1,
+                           SCMP_A0(SCMP_CMP_MASKED_EQ, 0xffffffffUL, f));
+  }
+  /* netlink: route only (addresses, links, routes: what getaddrinfo and
+   * ip use); a non-zero protocol in the low 32 bits is another family */
+  if (r == 0)
+    r = seccomp_rule_add(ctx, deny, SCMP_SYS(socket), 2,
+                         SCMP_A0(SCMP_CMP_MASKED_EQ, 0xffffffffUL, AF_NETLINK),
+                         SCMP_A2(SCMP_CMP_NE, NETLINK_ROUTE));
+  return r;
+}
+
+/* A mode argument with a set-id bit. */
+static int deny_setid_mode(scmp_filter_ctx ctx, uint32_t deny, int nr,
+                           unsigned arg)
+{
+  static const unsigned long bits[] = { S_ISUID, S_ISGID };
+  int r = 0;
+  if (nr < 0)
+    return 0; /* not on this architecture */
+  for (size_t i = 0; i < ARRAY_SIZE(bits) && r == 0; i++) {
+    struct scmp_arg_cmp c = { arg, SCMP_CMP_MASKED_EQ, bits[i], bits[i] };
+    r = seccomp_rule_add_array(ctx, deny, nr, 1, &c);
+  }
+  return r;
+}
+
+/* The same when flags (argument flag_arg) create a file. */
+static int deny_setid_create(scmp_filter_ctx ctx, uint32_t deny, int nr,
+                             unsigned flag_arg, unsigned mode_arg)
+{
+  static const unsigned long bits[] = { S_ISUID, S_ISGID };
+  static const unsigned long creates[] = { O_CREAT, __O_TMPFILE };
+  int r = 0;
+  for (size_t i = 0; i < ARRAY_SIZE(bits) && r == 0; i++)
+    for (size_t k = 0; k < ARRAY_SIZE(creates) && r == 0; k++) {
+      struct scmp_arg_cmp c[2] = {
+        { flag_arg, SCMP_CMP_MASKED_EQ, creates[k], creates[k] },
+        { mode_arg, SCMP_CMP_MASKED_EQ, bits[i], bits[i] },
+      };
+      r = seccomp_rule_add_array(ctx, deny, nr, 2, c);
+    }
+  return r;
+}
+
+static int deny_setid(scmp_filter_ctx ctx, uint32_t deny)
+{
+  int fchmodat2 = seccomp_syscall_resolve_name("fchmodat2");
+  int r = 0;
+#ifdef __x86_64__
+  if (fchmodat2 < 0)
+    fchmodat2 = 452; /* Linux 6.6; older libseccomp tables lack it */
+#endif
+  if (r == 0)
+    r = deny_setid_mode(ctx, deny, SCMP_SYS(chmod), 1);
+  if (r == 0)
+    r = deny_setid_mode(ctx, deny, SCMP_SYS(fchmod), 1);
+  if (r == 0)
+    r = deny_setid_mode(ctx, deny, SCMP_SYS(fchmodat), 2);
+  if (r == 0)
+    r = deny_setid_mode(ctx, deny, fchmodat2, 2);
+  if (r == 0)
+    r = deny_setid_mode(ctx, deny, SCMP_SYS(creat), 1);
+  if (r == 0)
+    r = deny_setid_mode(ctx, deny, SCMP_SYS(mknod), 1);
+  if (r == 0)
+    r = deny_setid_mode(ctx, deny, SCMP_SYS(mknodat), 2);
+  if (r == 0)
+    r = deny_setid_create(ctx, deny, SCMP_SYS(open), 1, 2);
+  if (r == 0)
+    r = deny_setid_create(ctx, deny, SCMP_SYS(openat), 2, 3);
+  /* openat2 passes its mode in memory the filter cannot read: ENOSYS, and
+   * callers fall back to openat (libc does not use it for open) */
+  if (r == 0)
+    r = seccomp_rule_add(ctx, SCMP_ACT_ERRNO(ENOSYS), SCMP_SYS(openat2), 0);
+  return r;
+}
+
+int dsec_seccomp_build(struct dsec_bpf *out, unsigned flags,
                        struct dsec_error **err)
 {
+  bool notify = flags & DSEC_SECCOMP_NOTIFY;
   scmp_filter_ctx ctx = seccomp_init(SCMP_ACT_ALLOW);
   uint32_t deny = notify ? SCMP_ACT_NOTIFY : SCMP_ACT_ERRNO(EPERM);
   char *buf = NULL;
@@ -123,6 +235,11 @@ int dsec_seccomp_build(struct dsec_bpf *out, bool notify,
                          SCMP_SYS(ioctl), 1,
                          SCMP_A1(SCMP_CMP_MASKED_EQ, 0xffffUL,
                                  denied_ioctls[i].cmd16));
+  if (r == 0)
+    r = deny_socket_families(ctx, notify ? SCMP_ACT_NOTIFY
+                                         : SCMP_ACT_ERRNO(EAFNOSUPPORT));
+  if (r == 0 && (flags & DSEC_SECCOMP_NO_SETID))
+    r = deny_setid(ctx, deny);
   /* with a listener, every program start is reported too (and let run):
    * the audit trail's "process" events */
   if (notify && r == 0)

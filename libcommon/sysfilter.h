@@ -13,11 +13,20 @@ struct dsec_bpf {
   unsigned short len;
 };
 
+/* What a filter does beyond the default list. */
+enum {
+  /* denied calls go to a user-notification listener (which answers them
+   * with the same errors and records them); without, they fail at once */
+  DSEC_SECCOMP_NOTIFY = 1 << 0,
+  /* no setuid or setgid bit can be set (chmod, or a mode given to
+   * open/creat/mknod): a sandbox with a read-write mount would otherwise
+   * leave set-id files of the mount's owner on the host */
+  DSEC_SECCOMP_NO_SETID = 1 << 1,
+};
+
 /* Builds the default filter: see sysfilter.c for the list and the
- * reasons.  With notify, denied calls go to a user-notification listener
- * (which answers them with the same errors and records them); without,
- * they fail at once. */
-int dsec_seccomp_build(struct dsec_bpf *out, bool notify,
+ * reasons; flags as above. */
+int dsec_seccomp_build(struct dsec_bpf *out, unsigned flags,
                        struct dsec_error **err);
 /* Installs it on the calling thread (needs no_new_privs or CAP_SYS_ADMIN);
  * async-signal-safe, for use between fork and exec.  With listener set,
@@ -25,7 +34,7 @@ int dsec_seccomp_build(struct dsec_bpf *out, bool notify,
 int dsec_seccomp_install(const struct dsec_bpf *f, bool listener);
 
 /* The error a denied call gets: EPERM, EOPNOTSUPP for the reflink ioctls
- * (so cp falls back to copying). */
+ * (so cp falls back to copying), EAFNOSUPPORT for a socket family. */
 int dsec_seccomp_denial_errno(int nr, unsigned long arg1);
 /* A name for a denied call, e.g. "keyctl" or "ioctl" (static). */
 const char *dsec_seccomp_name(int nr);
@@ -33,5 +42,8 @@ void dsec_bpf_clear(struct dsec_bpf *f);
 
 /* The denied system calls, for documentation and tests (NULL-terminated). */
 extern const char *const dsec_seccomp_denied[];
+/* The socket families a sandbox may open (AF_NETLINK: NETLINK_ROUTE only);
+ * -1-terminated. */
+extern const int dsec_seccomp_socket_families[];
 
 #endif
