@@ -328,25 +328,17 @@ static void mask_paths(void)
       continue;
     }
     /* an empty file of its own that the supervisor watches (fanotify):
-     * opening a masked file is recorded; /dev/null where there is none */
-    snprintf(watched, sizeof watched, "/.dsec-masks/%zu", i);
+     * opening a masked file is recorded; /dev/null where there is none.
+     * The supervisor made them on a tmpfs of its own over the root's /dev
+     * (never files of the image or of a checkpoint), covered by the real
+     * /dev once they are bound. */
+    snprintf(watched, sizeof watched, "/dev/dsec-mask-%zu", i);
     if (mount(watched, p, NULL, MS_BIND, NULL) == 0)
       mount(NULL, p, NULL, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC,
             NULL);
     else
       mount("/dev/null", p, NULL, MS_BIND, NULL);
   }
-}
-
-/* The watched mask files have been bound: their names go. */
-static void mask_files_done(void)
-{
-  char path[64];
-  for (size_t i = 0; masked_paths[i]; i++) {
-    snprintf(path, sizeof path, "/.dsec-masks/%zu", i);
-    unlink(path);
-  }
-  rmdir("/.dsec-masks");
 }
 
 static int mkdirs(const char *path, mode_t mode)
@@ -539,13 +531,13 @@ static void init_setup(struct init_ctx *c, json_t *spec)
       chdir("/") < 0)
     die_init(c->sock, "cannot pivot_root");
 
-  /* from here on every path is the sandbox's */
+  /* from here on every path is the sandbox's; the masks first, while the
+   * supervisor's mask files are still at /dev */
+  mask_paths();
   setup_dev(&dev, c->sock);
   mkdirs("/tmp", 01777);
   if (workdir && strcmp(workdir, "/") != 0)
     mkdirs(workdir, 0755);
-  mask_paths();
-  mask_files_done();
   protect_and_hide(spec, c->sock);
 
   if (sethostname("dsec", 4) < 0)
@@ -1462,7 +1454,9 @@ static void watch_masks(struct sup *s)
 {
   _cleanup_free_ char *root = xasprintf("%s/rootfs", s->run);
   _cleanup_close_ int rfd = open(root, O_PATH | O_DIRECTORY | O_CLOEXEC);
-  _cleanup_close_ int dir = -1;
+  _cleanup_close_ int dev = -1;
+  _cleanup_close_ int fs = -1;
+  _cleanup_close_ int mnt = -1;
   _cleanup_error_ struct dsec_error *e = NULL;
   size_t n = 0;
 
@@ -1479,31 +1473,51 @@ static void watch_masks(struct sup *s)
     s->audit_off = xasprintf("masked: cannot open %s: %s", root, strerror(errno));
     goto off;
   }
-  dir = open_in_root(rfd, "/.dsec-masks", true, s->base, &e);
-  if (dir < 0) {
-    s->audit_off = xasprintf("masked: %s", e ? e->msg : "cannot create the mask files");
+  /* a tmpfs of our own over the root's /dev: the mask files are ours,
+   * whatever the image or a checkpoint put there */
+  dev = open_in_root(rfd, "/dev", true, s->base, &e);
+  fs = dev < 0 ? -1 : (int) syscall(SYS_fsopen, "tmpfs", FSOPEN_CLOEXEC);
+  if (fs < 0 ||
+      syscall(SYS_fsconfig, fs, FSCONFIG_SET_STRING, "size", "64k", 0) < 0 ||
+      syscall(SYS_fsconfig, fs, FSCONFIG_SET_STRING, "mode", "0755", 0) < 0 ||
+      syscall(SYS_fsconfig, fs, FSCONFIG_CMD_CREATE, NULL, NULL, 0) < 0 ||
+      (mnt = (int) syscall(SYS_fsmount, fs, FSMOUNT_CLOEXEC,
+                           MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV |
+                             MOUNT_ATTR_NOEXEC)) < 0) {
+    s->audit_off = xasprintf("masked: %s", e ? e->msg : strerror(errno));
     goto off;
   }
   s->mask_ino = xzalloc(sizeof *s->mask_ino * (n + 1));
-  for (size_t i = 0; i < n; i++) {
-    struct stat st;
-    char name[32], host[96];
-    int fd;
-    /* only files are watched (directories get an empty tmpfs) */
-    if (lstat(masked_paths[i], &st) < 0 || S_ISDIR(st.st_mode))
-      continue;
-    snprintf(name, sizeof name, "%zu", i);
-    snprintf(host, sizeof host, "/proc/self/fd/%d/%s", dir, name);
-    fd = open(host, O_CREAT | O_EXCL | O_WRONLY | O_NOFOLLOW | O_CLOEXEC, 0444);
-    /* the sandbox's root removes their names once they are bound */
-    if (fd < 0 || fchown(fd, s->base, s->base) < 0 || fstat(fd, &st) < 0) {
-      if (fd >= 0)
-        close(fd);
-      continue;
+  {
+    for (size_t i = 0; i < n; i++) {
+      struct stat st;
+      char name[32];
+      int fd;
+      /* only files are watched (directories get an empty tmpfs) */
+      if (lstat(masked_paths[i], &st) < 0 || S_ISDIR(st.st_mode))
+        continue;
+      snprintf(name, sizeof name, "dsec-mask-%zu", i);
+      fd = openat(mnt, name, O_CREAT | O_EXCL | O_WRONLY | O_NOFOLLOW | O_CLOEXEC,
+                  0444);
+      if (fd < 0)
+        continue;
+      if (fstat(fd, &st) == 0 &&
+          fanotify_mark(s->fan_fd, FAN_MARK_ADD, FAN_OPEN, fd, NULL) == 0)
+        s->mask_ino[i] = st.st_ino;
+      close(fd);
     }
-    close(fd);
-    if (fanotify_mark(s->fan_fd, FAN_MARK_ADD | FAN_MARK_DONT_FOLLOW, FAN_OPEN, AT_FDCWD, host) == 0)
-      s->mask_ino[i] = st.st_ino;
+  }
+  {
+    struct mount_attr ro = { .attr_set = MOUNT_ATTR_RDONLY };
+    if (syscall(SYS_mount_setattr, mnt, "", AT_EMPTY_PATH, &ro, sizeof ro) < 0)
+      goto off_errno;
+  }
+  if (syscall(SYS_move_mount, mnt, "", dev, "",
+              MOVE_MOUNT_F_EMPTY_PATH | MOVE_MOUNT_T_EMPTY_PATH) < 0) {
+  off_errno:
+    s->audit_off = xasprintf("masked: cannot mount the mask files: %s",
+                             strerror(errno));
+    goto off;
   }
   return;
 off:
