@@ -205,7 +205,9 @@ struct init_ctx {
   int last_cap;
   char *tmp_size; /* tmpfs size option for fncall's /tmp and workdir */
   int ll_abi;     /* the kernel's Landlock ABI, 0 without Landlock */
-  json_t *protect; /* fncall: the spec's protect, planned again per call */
+  json_t *protect; /* fncall and exclusive execs: the spec's protect,
+                    * planned again per call */
+  bool exclusive;  /* an exclusive exec (the supervisor's child, not init's) */
 };
 
 /* Paths masked in /proc and /sys: files get /dev/null, directories an
@@ -598,26 +600,38 @@ static void drop_privileges(struct init_ctx *c, uid_t uid, gid_t gid,
   }
 }
 
-/* fncall: the call gets mount and pid namespaces of its own; the process
- * that returns from here is PID 1 of the call's pid namespace, so every
- * process the call leaves behind dies with it. */
-static void fncall_enter(struct init_ctx *c, const char *workdir)
+/* fncall calls and exclusive execs get mount, pid and IPC namespaces of
+ * their own; the process that returns from here is PID 1 of the new pid
+ * namespace, so every process it leaves behind dies with it, and its
+ * parent stays behind to relay its status.
+ *
+ * An fncall call sees only its own processes (/proc with subset=pid) and
+ * gets a clean /tmp and working directory.  An exclusive exec joined the
+ * sandbox's namespaces from outside its pid namespace (see xexec_spawn):
+ * its pid namespace is a sibling of the sandbox's, so no process of an
+ * earlier exec can see it, signal it, trace it or open its /proc files;
+ * it gets a /proc of its own (masked like the sandbox's) and its own
+ * /dev/shm, and shares the sandbox's files.  Its parent is outside the
+ * sandbox: the exec dies with it (*life is what tells, see below). */
+static void call_enter(struct init_ctx *c, const char *workdir, int *life)
 {
   pid_t pid;
-  int status;
+  int status, lp[2] = { -1, -1 };
 
-  /* calls share no SysV IPC or POSIX shared memory either (own IPC
-   * namespace, own /dev/shm below) */
   if (unshare(CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWIPC) < 0) {
     dprintf(STDERR_FILENO, "dsec: cannot isolate the call: %s\n",
             strerror(errno));
     _exit(125);
   }
+  if (c->exclusive && pipe2(lp, O_CLOEXEC) < 0)
+    _exit(125);
   pid = fork();
   if (pid < 0)
     _exit(125);
   if (pid > 0) {
     /* relay the call's status, signal included */
+    if (lp[0] >= 0)
+      close(lp[0]);
     while (waitpid(pid, &status, 0) < 0)
       if (errno != EINTR)
         _exit(125);
@@ -629,14 +643,25 @@ static void fncall_enter(struct init_ctx *c, const char *workdir)
     }
     _exit(WEXITSTATUS(status));
   }
-  /* the call's own /proc shows its processes and nothing of the kernel's
-   * (subset=pid: no sysctls, no kpage* or kcore files to mask) */
-  if (mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC,
-            "subset=pid") < 0)
+  if (lp[1] >= 0)
+    close(lp[1]);
+  *life = lp[0];
+  if (c->exclusive) {
+    if (mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC,
+              NULL) < 0)
+      goto fail;
+    mask_paths();
+  } else if (mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC,
+                   "subset=pid") < 0)
+    /* the call's own /proc shows its processes and nothing of the
+     * kernel's (subset=pid: no sysctls, no kpage* or kcore files) */
     goto fail;
+  /* calls share no SysV IPC (own IPC namespace) or POSIX shared memory */
   if (mount("tmpfs", "/dev/shm", "tmpfs", MS_NOSUID | MS_NODEV,
             "mode=1777,size=67108864") < 0)
     goto fail;
+  if (c->exclusive)
+    return;
   if (mount("tmpfs", "/tmp", "tmpfs", MS_NOSUID | MS_NODEV, c->tmp_size) < 0 ||
       (strcmp(workdir, "/") != 0 && strcmp(workdir, "/tmp") != 0 &&
        mount("tmpfs", workdir, "tmpfs", MS_NOSUID | MS_NODEV, c->tmp_size) < 0))
@@ -648,7 +673,7 @@ fail:
   _exit(125);
 }
 
-/* fncall: the call's Landlock domain, made from the call's own mounts,
+/* fncall and exclusive execs: the call's Landlock domain, made from the call's own mounts,
  * since a domain that handles file system rights cannot mount.  A rule
  * holds the root of the mount it was made on, and Landlock skips the
  * directories that mounts cover: the call's new /proc, /tmp and working
@@ -686,6 +711,7 @@ static void init_exec_child(struct init_ctx *c, json_t *req, int *fds)
   char **envp = json_to_strv(json_object_get(req, "env"));
   uid_t uid = (uid_t) json_integer_value(json_object_get(req, "uid"));
   gid_t gid = (gid_t) json_integer_value(json_object_get(req, "gid"));
+  int life = -1;
   sigset_t all;
 
   sigemptyset(&all);
@@ -698,8 +724,8 @@ static void init_exec_child(struct init_ctx *c, json_t *req, int *fds)
   /* everything inherited goes, but fd 3 (init's socket) until the filter's
    * listener is handed over, just before execve */
   syscall(SYS_close_range, 4U, ~0U, 0U);
-  if (c->fncall) {
-    fncall_enter(c, cwd ? cwd : "/");
+  if (c->fncall || c->exclusive) {
+    call_enter(c, cwd ? cwd : "/", &life);
     fncall_landlock(c);
   }
   if (cwd && chdir(cwd) < 0) {
@@ -708,6 +734,14 @@ static void init_exec_child(struct init_ctx *c, json_t *req, int *fds)
   }
   drop_privileges(c, uid, gid,
                   (uint64_t) json_integer_value(json_object_get(req, "xid")));
+  if (life >= 0) {
+    /* the parent-death signal goes with every change of credentials:
+     * set now, then check the relay has not died already */
+    struct pollfd pf = { life, POLLIN, 0 };
+    if (prctl(PR_SET_PDEATHSIG, SIGKILL) < 0 || poll(&pf, 1, 0) != 0)
+      _exit(125);
+    close(life);
+  }
   environ = envp;
   execvp(argv[0], argv);
   dprintf(2, "dsec: %s: %s\n", argv[0], strerror(errno));
@@ -838,12 +872,37 @@ static void init_landlock(struct init_ctx *c, json_t *spec, json_t *ready)
     c->protect = json_incref(json_object_get(spec, "protect"));
 }
 
+/* The seccomp filter's flags for a spec: with a read-write mount, no
+ * set-id bits anywhere (they would land on the host, the mount's
+ * owner's). */
+static unsigned seccomp_flags(json_t *spec)
+{
+  json_t *m;
+  size_t i;
+  json_array_foreach(json_object_get(spec, "mounts"), i, m)
+    if (!json_is_true(json_object_get(m, "ro")))
+      return DSEC_SECCOMP_NO_SETID;
+  return 0;
+}
+
+/* The highest capability this kernel knows. */
+static int last_cap(void)
+{
+  int last = CAP_LAST_CAP;
+  FILE *f = fopen("/proc/sys/kernel/cap_last_cap", "re");
+  if (f) {
+    if (fscanf(f, "%d", &last) != 1)
+      last = CAP_LAST_CAP;
+    fclose(f);
+  }
+  return last;
+}
+
 _Noreturn static void run_init(struct stage1_args *a)
 {
   struct init_ctx c = { .sock = a->sock, .fncall = a->fncall };
   _cleanup_error_ struct dsec_error *err = NULL;
   json_t *ready;
-  FILE *f;
 
   prctl(PR_SET_PDEATHSIG, SIGKILL);
   prctl(PR_SET_NAME, "dsec-init");
@@ -866,27 +925,12 @@ _Noreturn static void run_init(struct stage1_args *a)
     if (setrlimit(RLIMIT_CORE, &none) < 0)
       die_init(c.sock, "cannot set RLIMIT_CORE");
   }
-  c.last_cap = CAP_LAST_CAP;
-  f = fopen("/proc/sys/kernel/cap_last_cap", "re");
-  if (f) {
-    if (fscanf(f, "%d", &c.last_cap) != 1)
-      c.last_cap = CAP_LAST_CAP;
-    fclose(f);
-  }
+  c.last_cap = last_cap();
   c.tmp_size = xstrdup("mode=1777,size=268435456");
-  {
-    /* a read-write mount: no set-id bits anywhere (they would land on the
-     * host, the mount's owner's) */
-    unsigned flags = 0;
-    json_t *m;
-    size_t i;
-    json_array_foreach(json_object_get(a->spec, "mounts"), i, m)
-      if (!json_is_true(json_object_get(m, "ro")))
-        flags |= DSEC_SECCOMP_NO_SETID;
-    if (dsec_seccomp_build(&c.filter, flags | DSEC_SECCOMP_NOTIFY, &err) < 0 ||
-        dsec_seccomp_build(&c.filter_plain, flags, &err) < 0)
-      die_init(c.sock, "%s", err->msg);
-  }
+  if (dsec_seccomp_build(&c.filter, seccomp_flags(a->spec) | DSEC_SECCOMP_NOTIFY,
+                         &err) < 0 ||
+      dsec_seccomp_build(&c.filter_plain, seccomp_flags(a->spec), &err) < 0)
+    die_init(c.sock, "%s", err->msg);
   init_setup(&c, a->spec);
   ready = json_pack("{s:s}", "op", "ready");
   init_landlock(&c, a->spec, ready);
@@ -972,6 +1016,7 @@ enum watch_kind {
   W_NOTIFY,
   W_PROXY,
   W_FANOTIFY,
+  W_XSOCK,
 };
 
 struct watch {
@@ -1014,6 +1059,9 @@ struct job {
   int64_t oom_before;
   int64_t pids_before;
   bool stream; /* send output as it comes (run --attach) */
+  pid_t xpid;  /* an exclusive exec: its relay, our child (else 0) */
+  int xsock;   /* ... and the socket its seccomp listener comes on */
+  struct watch w_xsock;
   bool timed_out, exited, kill_sent;
   int status;
   char *error;
@@ -1052,6 +1100,7 @@ struct sup {
   ino_t *mask_ino;      /* inode of each masked_paths entry's file */
   char *audit_off;      /* why opens of masked files are not recorded */
   json_t *landlock;     /* what Landlock enforces (init's report), or NULL */
+  struct init_ctx *xctx; /* what exclusive execs run with (made once) */
   char *landlock_off;   /* why Landlock is not used at all, or NULL */
   struct watch w_fan;
   struct dsec_proxy *proxy;
@@ -1187,8 +1236,10 @@ static void job_free(struct sup *s, struct job *j)
     close(j->err.fd);
   if (j->in_fd >= 0)
     close(j->in_fd);
-  j->out.fd = j->err.fd = j->in_fd = -1;
-  j->out.w.dead = j->err.w.dead = j->w_in.dead = true;
+  if (j->xsock >= 0)
+    close(j->xsock);
+  j->out.fd = j->err.fd = j->in_fd = j->xsock = -1;
+  j->out.w.dead = j->err.w.dead = j->w_in.dead = j->w_xsock.dead = true;
   free(j->out.data);
   free(j->err.data);
   free(j->stdin_data);
@@ -1324,6 +1375,140 @@ static int traj_check(struct sup *s, struct client *cl, json_t *req)
   return r;
 }
 
+/* ---- exclusive execs */
+
+static void listener_add(struct sup *s, int fd, uint64_t xid);
+static void job_kill(struct sup *s, struct job *j, int sig);
+
+/* What exclusive execs run with, made once: the filters and rules init
+ * made for the others. */
+static struct init_ctx *xexec_ctx(struct sup *s, struct dsec_error **err)
+{
+  struct init_ctx *c;
+  unsigned flags = seccomp_flags(s->spec);
+
+  if (s->xctx)
+    return s->xctx;
+  c = xzalloc(sizeof *c);
+  c->sock = 3;
+  c->exclusive = true;
+  c->last_cap = last_cap();
+  c->ll_abi = s->landlock_off ? 0 : dsec_landlock_abi(NULL);
+  c->protect = json_object_get(s->spec, "protect");
+  if (dsec_seccomp_build(&c->filter, flags | DSEC_SECCOMP_NOTIFY, err) < 0 ||
+      dsec_seccomp_build(&c->filter_plain, flags, err) < 0) {
+    dsec_bpf_clear(&c->filter);
+    free(c);
+    return NULL;
+  }
+  s->xctx = c;
+  return c;
+}
+
+/* Starts an exclusive exec: a child of ours (in the sandbox's cgroup)
+ * joins the sandbox's user, mount, network, UTS and cgroup namespaces
+ * but not its pid namespace, and goes on as init's children do, with
+ * call_enter's new pid, mount and IPC namespaces (see there).  Its
+ * seccomp listener comes back on a socket of the job's. */
+static int xexec_spawn(struct sup *s, struct job *j, json_t *msg, int fds[3],
+                       struct dsec_error **err)
+{
+  struct init_ctx *c = xexec_ctx(s, err);
+  _cleanup_close_ int pidfd = -1;
+  int sp[2] = { -1, -1 }, go[2] = { -1, -1 };
+  pid_t parent = getpid(), pid;
+
+  if (!c)
+    return -1;
+  pidfd = (int) syscall(SYS_pidfd_open, s->init_pid, 0);
+  if (pidfd < 0)
+    return dsec_fail(err, errno, "cannot reach the sandbox's init");
+  if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sp) < 0 ||
+      pipe2(go, O_CLOEXEC) < 0) {
+    dsec_fail(err, errno, "cannot create the exec's channels");
+    goto fail;
+  }
+  pid = fork();
+  if (pid < 0) {
+    dsec_fail(err, errno, "fork");
+    goto fail;
+  }
+  if (pid == 0) {
+    int hi[3];
+    char g;
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (getppid() != parent || read(go[0], &g, 1) != 1)
+      _exit(125);
+    /* joined all at once: the user namespace's capabilities for the
+     * others; then its root (the others keep their host ids) */
+    if (setns(pidfd, CLONE_NEWUSER | CLONE_NEWNS | CLONE_NEWNET |
+                       CLONE_NEWUTS | CLONE_NEWCGROUP) < 0 ||
+        setresgid(0, 0, 0) < 0 || setgroups(0, NULL) < 0 ||
+        setresuid(0, 0, 0) < 0) {
+      dprintf(fds[2], "dsec: cannot enter the sandbox: %s\n", strerror(errno));
+      _exit(125);
+    }
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (getppid() != parent)
+      _exit(125);
+    /* the listener's socket at 3, as init's is for init's children */
+    for (int i = 0; i < 3; i++)
+      hi[i] = fcntl(fds[i], F_DUPFD_CLOEXEC, 10);
+    if (hi[0] < 0 || hi[1] < 0 || hi[2] < 0 || dup2(sp[1], 3) < 0)
+      _exit(125);
+    init_exec_child(c, msg, hi);
+    _exit(125);
+  }
+  close(sp[1]);
+  close(go[0]);
+  sp[1] = go[0] = -1;
+  if (s->cg && dsec_cgroup_attach(s->cg, pid, err) < 0) {
+    kill(pid, SIGKILL);
+    while (waitpid(pid, NULL, 0) < 0 && errno == EINTR)
+      ;
+    goto fail;
+  }
+  if (write(go[1], "g", 1) != 1) {
+    dsec_fail(err, errno, "the exec's process is gone");
+    goto fail;
+  }
+  close(go[1]);
+  j->xpid = pid;
+  j->xsock = sp[0];
+  j->w_xsock = (struct watch){ W_XSOCK, j };
+  ep_add(s, j->xsock, EPOLLIN, &j->w_xsock);
+  return 0;
+fail:
+  for (int i = 0; i < 2; i++) {
+    if (sp[i] >= 0)
+      close(sp[i]);
+    if (go[i] >= 0)
+      close(go[i]);
+  }
+  return -1;
+}
+
+/* The listener of an exclusive exec, or its socket's end. */
+static void xsock_message(struct sup *s, struct job *j)
+{
+  int fds[3], nfds;
+  json_t *m = msg_recv(j->xsock, s->msgbuf, MSG_MAX, fds, &nfds);
+  const char *op = json_string_value(json_object_get(m, "op"));
+
+  if (!m) {
+    epoll_ctl(s->epfd, EPOLL_CTL_DEL, j->xsock, NULL);
+    close(j->xsock);
+    j->xsock = -1;
+    j->w_xsock.dead = true;
+  } else if (op && strcmp(op, "listener") == 0 && nfds == 1) {
+    listener_add(s, fds[0], j->xid);
+    nfds = 0;
+  }
+  for (int i = 0; i < nfds; i++)
+    close(fds[i]);
+  json_decref(m);
+}
+
 static void job_start(struct sup *s, struct client *cl, json_t *req)
 {
   struct job *j = xzalloc(sizeof *j);
@@ -1342,7 +1527,7 @@ static void job_start(struct sup *s, struct client *cl, json_t *req)
   }
   j->xid = ++s->next_xid;
   j->cl = cl;
-  j->out.fd = j->err.fd = j->in_fd = -1;
+  j->out.fd = j->err.fd = j->in_fd = j->xsock = -1;
   j->out.job = j->err.job = j;
   j->out.name = "stdout";
   j->err.name = "stderr";
@@ -1387,7 +1572,16 @@ static void job_start(struct sup *s, struct client *cl, json_t *req)
                   workdir, "uid", (int) s->uid, "gid", (int) s->gid);
   {
     int fds[3] = { in[0], out[1], er[1] };
-    int r = msg_send(s->isock, msg, fds, 3);
+    int r;
+    /* an exclusive exec is not init's child (fncall calls are isolated
+     * from each other as it is) */
+    if (json_is_true(json_object_get(req, "exclusive")) && !s->fncall) {
+      _cleanup_error_ struct dsec_error *e = NULL;
+      r = xexec_spawn(s, j, msg, fds, &e);
+      if (r < 0)
+        errno = e ? e->errnum : 0;
+    } else
+      r = msg_send(s->isock, msg, fds, 3);
     json_decref(msg);
     close(in[0]);
     close(out[1]);
@@ -1678,6 +1872,9 @@ static void client_next(struct sup *s, struct client *cl)
                             sig > 0 && sig < NSIG ? sig : SIGKILL);
       msg_send(s->isock, m, NULL, 0);
       json_decref(m);
+      for (size_t i = 0; i < s->njobs; i++)
+        if (s->jobs[i]->xpid > 0)
+          job_kill(s, s->jobs[i], SIGKILL);
       m = json_pack("{s:s, s:s, s:I}", "type", "killed", "id", s->id, "signal",
                     sig > 0 && sig < NSIG ? sig : SIGKILL);
       client_write(cl, m);
@@ -2072,6 +2269,14 @@ static void sup_teardown(struct sup *s, const char *state, const char *cause)
   if (s->suspended)
     sup_freeze(s, false);
 
+  /* exclusive execs are out of init's pid namespace: their relays first
+   * (each takes its exec along) */
+  for (size_t i = 0; i < s->njobs; i++)
+    if (s->jobs[i]->xpid > 0) {
+      kill(s->jobs[i]->xpid, SIGKILL);
+      while (waitpid(s->jobs[i]->xpid, NULL, 0) < 0 && errno == EINTR)
+        ;
+    }
   /* init is PID 1 of the sandbox: when it dies the kernel kills the rest */
   if (s->init_pid > 0) {
     kill(s->init_pid, SIGKILL);
@@ -2117,6 +2322,15 @@ static void sup_signal(struct sup *s)
     pid_t pid = waitpid(-1, &status, WNOHANG);
     if (pid <= 0)
       break;
+    for (size_t i = 0; i < s->njobs; i++)
+      if (s->jobs[i]->xpid == pid) {
+        struct job *j = s->jobs[i];
+        j->xpid = 0;
+        j->exited = true;
+        j->status = status;
+        job_finish(s, j);
+        break;
+      }
     if (pid == s->init_pid) {
       int64_t ooms = s->cg ? dsec_cgroup_oom_kills(s->cg) : -1;
       _cleanup_free_ char *cause =
@@ -2158,6 +2372,23 @@ static int sup_timeout_ms(struct sup *s)
   return next <= now ? 0 : (int) (next - now) + 1;
 }
 
+/* Signals every process of an exec.  An exclusive one dies with its
+ * relay (our child) whatever the signal: its processes are out of our
+ * reach (and init's) otherwise. */
+static void job_kill(struct sup *s, struct job *j, int sig)
+{
+  if (j->xpid > 0) {
+    kill(j->xpid, SIGKILL);
+    return;
+  }
+  {
+    json_t *m = json_pack("{s:s, s:I, s:i}", "op", "kill", "xid",
+                          (json_int_t) j->xid, "signal", sig);
+    msg_send(s->isock, m, NULL, 0);
+    json_decref(m);
+  }
+}
+
 static void sup_timers(struct sup *s)
 {
   double now = now_ms();
@@ -2166,12 +2397,9 @@ static void sup_timers(struct sup *s)
   for (size_t i = 0; i < s->njobs; i++) {
     struct job *j = s->jobs[i];
     if (j->deadline > 0 && !j->kill_sent && now >= j->deadline) {
-      json_t *m = json_pack("{s:s, s:I, s:i}", "op", "kill", "xid",
-                            (json_int_t) j->xid, "signal", SIGKILL);
       j->timed_out = true;
       j->kill_sent = true;
-      msg_send(s->isock, m, NULL, 0);
-      json_decref(m);
+      job_kill(s, j, SIGKILL);
     }
   }
   if (s->ttl_s > 0 && now >= s->start_ms + (double) s->ttl_s * 1000)
@@ -2234,6 +2462,9 @@ _Noreturn static void sup_loop(struct sup *s)
         break;
       case W_FANOTIFY:
         masks_opened(s);
+        break;
+      case W_XSOCK:
+        xsock_message(s, w->p);
         break;
       }
     }

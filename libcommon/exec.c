@@ -94,6 +94,11 @@ int dsec_exec_request_check(json_t *req, char **why)
     *why = xstrdup("`workdir` must be an absolute path");
     return -1;
   }
+  v = json_object_get(req, "exclusive");
+  if (v && !json_is_null(v) && !json_is_boolean(v)) {
+    *why = xstrdup("`exclusive` must be true or false");
+    return -1;
+  }
   return 0;
 }
 
@@ -115,6 +120,9 @@ json_t *dsec_exec_request_record(json_t *req, const char *default_workdir,
                   "max_output_bytes", (json_int_t) *cap);
   if (json_is_integer(json_object_get(req, "seq")))
     json_object_set(rec, "seq", json_object_get(req, "seq"));
+  /* recorded only when asked for: earlier records stay what they were */
+  if (json_is_true(json_object_get(req, "exclusive")))
+    json_object_set_new(rec, "exclusive", json_true());
   return rec;
 }
 

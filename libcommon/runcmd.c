@@ -67,6 +67,7 @@ enum {
   OPT_RELEASE,
   OPT_COUNT,
   OPT_SIZE,
+  OPT_EXCLUSIVE,
 };
 
 static const struct option long_options[] = {
@@ -77,6 +78,7 @@ static const struct option long_options[] = {
   { "cpus", required_argument, NULL, OPT_CPUS },
   { "disk", required_argument, NULL, OPT_DISK },
   { "env", required_argument, NULL, OPT_ENV },
+  { "exclusive", no_argument, NULL, OPT_EXCLUSIVE },
   { "follow", no_argument, NULL, OPT_FOLLOW },
   { "force", no_argument, NULL, OPT_FORCE },
   { "hide", required_argument, NULL, OPT_HIDE },
@@ -167,6 +169,9 @@ static void help(void)
          "Exec and run options:\n"
          "      --attach           (run) stream output instead of printing "
          "JSON\n"
+         "      --exclusive        (exec) beyond the reach of every process "
+         "earlier\n"
+         "                         execs left running (for a grader)\n"
          "      --max-output=BYTES output kept per stream (default 1 MiB)\n"
          "      --requests=FILE    exec requests as JSON Lines (- for stdin)\n"
          "      --result=FILE      (run) also write the JSON result to FILE\n"
@@ -278,6 +283,8 @@ static bool option_ok(const char *verb, int opt)
     return create || strcmp(verb, "exec") == 0;
   case OPT_TIMEOUT: case OPT_MAX_OUTPUT: case OPT_STDIN: case OPT_SEQ:
     return strcmp(verb, "run") == 0 || strcmp(verb, "exec") == 0;
+  case OPT_EXCLUSIVE:
+    return strcmp(verb, "exec") == 0;
   case OPT_REQUESTS:
     return strcmp(verb, "exec") == 0;
   case OPT_RM: case OPT_ATTACH: case OPT_RESULT:
@@ -507,6 +514,9 @@ static int parse(int argc, char **argv, struct opts *o, bool *exit_now)
     }
     case OPT_STDIN:
       o->stdin_file = optarg;
+      break;
+    case OPT_EXCLUSIVE:
+      json_object_set_new(o->exec, "exclusive", json_true());
       break;
     case OPT_REQUESTS:
       o->requests = optarg;

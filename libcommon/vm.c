@@ -1165,6 +1165,13 @@ static void job_start(struct vm *v, struct vclient *cl, json_t *req)
     reply_error(cl, why, DSEC_EXIT_INPUT);
     return;
   }
+  if (json_is_true(json_object_get(req, "exclusive"))) {
+    /* the guest's earlier execs run as its root, in its one pid
+     * namespace: nothing here could keep them from an exec */
+    reply_error(cl, "exclusive execs are not available in VMs (the guest's "
+                    "processes share one pid namespace)", DSEC_EXIT_INPUT);
+    return;
+  }
   j = xzalloc(sizeof *j);
   j->req = dsec_exec_request_record(req, v->workdir ? v->workdir : "/", &cap);
   j->cap = cap;
