@@ -1572,24 +1572,22 @@ static void job_start(struct sup *s, struct client *cl, json_t *req)
                   workdir, "uid", (int) s->uid, "gid", (int) s->gid);
   {
     int fds[3] = { in[0], out[1], er[1] };
+    _cleanup_error_ struct dsec_error *e = NULL;
     int r;
     /* an exclusive exec is not init's child (fncall calls are isolated
      * from each other as it is) */
-    if (json_is_true(json_object_get(req, "exclusive")) && !s->fncall) {
-      _cleanup_error_ struct dsec_error *e = NULL;
+    if (json_is_true(json_object_get(req, "exclusive")) && !s->fncall)
       r = xexec_spawn(s, j, msg, fds, &e);
-      if (r < 0)
-        errno = e ? e->errnum : 0;
-    } else
-      r = msg_send(s->isock, msg, fds, 3);
+    else if ((r = msg_send(s->isock, msg, fds, 3)) < 0)
+      dsec_fail(&e, errno, "cannot reach the sandbox's init");
     json_decref(msg);
     close(in[0]);
     close(out[1]);
     close(er[1]);
     in[0] = out[1] = er[1] = -1;
     if (r < 0) {
-      j->error = xasprintf("cannot reach the sandbox's init: %s",
-                           strerror(errno));
+      j->error = xasprintf("%s%s%s", e->msg, e->errnum ? ": " : "",
+                           e->errnum ? strerror(e->errnum) : "");
       goto fail;
     }
   }
