@@ -840,6 +840,8 @@ struct stage1_args {
   int rootfd;    /* the root file system, sent with "go" */
   json_t *spec;
   bool fncall;
+  uid_t owner;   /* the host id that creates (owns) the user namespace;
+                  * 0: the supervisor made it (rootless) */
 };
 
 /* Landlock, once every mount is made: the container's init restricts
@@ -969,6 +971,24 @@ _Noreturn static void stage1(struct stage1_args *a)
               CLONE_NEWUTS | CLONE_NEWCGROUP;
 
   prctl(PR_SET_PDEATHSIG, SIGKILL);
+  if (a->owner) {
+    /* The user namespace is made as the sandbox's own host id, never as
+     * root: per-user kernel limits (inotify instances and watches, POSIX
+     * message queues, pending signals, user namespaces) are counted up
+     * the chain of namespace owners, so each sandbox gets its own and
+     * none can use up host root's.  The supervisor writes its maps. */
+    json_t *m = json_pack("{s:s}", "op", "userns");
+    pid_t parent = getppid();
+    int r = setgroups(0, NULL) == 0 && setresgid(a->owner, a->owner, a->owner) == 0 &&
+            setresuid(a->owner, a->owner, a->owner) == 0 &&
+            prctl(PR_SET_PDEATHSIG, SIGKILL) == 0 && getppid() == parent &&
+            unshare(CLONE_NEWUSER) == 0
+              ? msg_send(a->sock, m, NULL, 0)
+              : -1;
+    json_decref(m);
+    if (r < 0)
+      die_init(a->sock, "cannot create the user namespace");
+  }
   {
     char buf[4096];
     int fds[3], nfds;
@@ -979,8 +999,8 @@ _Noreturn static void stage1(struct stage1_args *a)
     json_decref(go);
     a->rootfd = fds[0];
   }
-  /* we came in as the host's root, which this namespace does not map:
-   * become its root, so what we create is owned by a mapped user */
+  /* we came in as an id this namespace does not map: become its root, so
+   * what we create is owned by a mapped user */
   /* (rootless, setgroups is denied in our user namespace: EPERM is fine) */
   if (setresgid(0, 0, 0) < 0 || (setgroups(0, NULL) < 0 && errno != EPERM) ||
       setresuid(0, 0, 0) < 0)
@@ -2941,23 +2961,6 @@ _Noreturn void dsec_supervisor_main(struct dsec_container_opts *o)
     setsockopt(ip[0], SOL_SOCKET, SO_RCVBUFFORCE, &sz, sizeof sz);
     setsockopt(ip[1], SOL_SOCKET, SO_RCVBUFFORCE, &sz, sizeof sz);
   }
-  a.sock = ip[1];
-  a.rootfd = -1;
-  a.spec = o->spec;
-  a.fncall = s->fncall;
-  s->stage1_pid = (pid_t) syscall(SYS_clone,
-                                  (s->rootless ? 0 : CLONE_NEWUSER) | SIGCHLD,
-                                  NULL, NULL, NULL, 0);
-  if (s->stage1_pid == 0) {
-    close(ip[0]);
-    stage1(&a);
-  }
-  close(ip[1]);
-  s->isock = ip[0];
-  if (s->stage1_pid < 0) {
-    dsec_fail(&err, errno, "cannot create a user namespace");
-    goto fail;
-  }
   if (s->rootless) {
     /* the sandbox's root is our own root, which is us on the host */
     base = 0;
@@ -2970,8 +2973,39 @@ _Noreturn void dsec_supervisor_main(struct dsec_container_opts *o)
     count = r.count;
   }
   s->base = base;
+  a.sock = ip[1];
+  a.rootfd = -1;
+  a.spec = o->spec;
+  a.fncall = s->fncall;
+  a.owner = s->rootless ? 0 : base;
+  s->stage1_pid = (pid_t) syscall(SYS_clone, SIGCHLD, NULL, NULL, NULL, 0);
+  if (s->stage1_pid == 0) {
+    close(ip[0]);
+    stage1(&a);
+  }
+  close(ip[1]);
+  s->isock = ip[0];
+  if (s->stage1_pid < 0) {
+    dsec_fail(&err, errno, "cannot start the sandbox");
+    goto fail;
+  }
   if (!s->rootless) {
     char map[64], path[64];
+    int fds[3], nfds;
+    json_t *m = msg_recv(s->isock, s->msgbuf, MSG_MAX, fds, &nfds);
+    const char *op = json_string_value(json_object_get(m, "op"));
+    bool made = op && strcmp(op, "userns") == 0;
+    if (!made && op && strcmp(op, "failed") == 0)
+      dsec_fail(&err, (int) json_integer_value(json_object_get(m, "errno")),
+                "%s", json_string_value(json_object_get(m, "msg")));
+    for (int i = 0; i < nfds; i++)
+      close(fds[i]);
+    json_decref(m);
+    if (!made) {
+      if (!err)
+        dsec_fail(&err, 0, "the sandbox's first process died");
+      goto fail;
+    }
     snprintf(map, sizeof map, "0 %u %u\n", base, count);
     snprintf(path, sizeof path, "/proc/%d/uid_map", (int) s->stage1_pid);
     if (write_file(path, map) < 0) {
