@@ -56,6 +56,9 @@
 #include <sys/sysmacros.h>
 #include <sys/types.h>
 #include <sys/sendfile.h>
+#include <sys/inotify.h>
+#include <sys/ipc.h>
+#include <sys/shm.h>
 #include <sys/uio.h>
 #include <sys/un.h>
 #include <sys/xattr.h>
@@ -1050,11 +1053,12 @@ static int a_rawsock(int argc, char **argv)
 {
   long r;
   (void) argc, (void) argv;
+  /* AF_PACKET is not a family sandboxes may open at all (seccomp) */
   r = socket(AF_PACKET, SOCK_RAW | SOCK_CLOEXEC, htons(ETH_P_ALL));
-  if (check("socket(AF_PACKET, SOCK_RAW)", r, EPERM, 0))
+  if (check("socket(AF_PACKET, SOCK_RAW)", r, EAFNOSUPPORT, 0))
     close((int) r);
   r = socket(AF_PACKET, SOCK_DGRAM | SOCK_CLOEXEC, htons(ETH_P_ALL));
-  if (check("socket(AF_PACKET, SOCK_DGRAM)", r, EPERM, 0))
+  if (check("socket(AF_PACKET, SOCK_DGRAM)", r, EAFNOSUPPORT, 0))
     close((int) r);
   r = socket(AF_INET, SOCK_RAW | SOCK_CLOEXEC, IPPROTO_ICMP);
   if (check("socket(AF_INET, SOCK_RAW, ICMP)", r, EPERM, 0))
@@ -2155,6 +2159,130 @@ static int a_scope_signal(int argc, char **argv)
   return finish();
 }
 
+/* Socket families: only unix, inet, inet6 and netlink route open; the
+ * rest fail with EAFNOSUPPORT, high bits in the family register too. */
+static int a_sockfam(int argc, char **argv)
+{
+  static const struct {
+    int family, type, proto;
+    const char *name;
+  } denied[] = {
+    { 40, SOCK_STREAM, 0, "AF_VSOCK" },
+    { 38, SOCK_SEQPACKET, 0, "AF_ALG" },
+    { 31, SOCK_RAW, 0, "AF_BLUETOOTH" },
+    { 44, SOCK_RAW, 0, "AF_XDP" },
+    { 17, SOCK_RAW, 0, "AF_PACKET" },
+    { 4, SOCK_DGRAM, 0, "AF_IPX" },
+    { 29, SOCK_RAW, 1, "AF_CAN" },
+    { 16, SOCK_RAW, 4, "AF_NETLINK/NETLINK_SOCK_DIAG" },
+    { 16, SOCK_RAW, 15, "AF_NETLINK/NETLINK_KOBJECT_UEVENT" },
+    { 16, SOCK_RAW, 9, "AF_NETLINK/NETLINK_AUDIT" },
+    { 16, SOCK_RAW, 12, "AF_NETLINK/NETLINK_NETFILTER" },
+  };
+  static const struct {
+    int family, type, proto;
+    const char *name;
+  } allowed[] = {
+    { AF_UNIX, SOCK_STREAM, 0, "AF_UNIX" },
+    { AF_INET, SOCK_STREAM, 0, "AF_INET" },
+    { AF_INET6, SOCK_DGRAM, 0, "AF_INET6" },
+    { AF_NETLINK, SOCK_RAW, 0, "AF_NETLINK/NETLINK_ROUTE" },
+  };
+  char label[96];
+  long r;
+  int sv[2];
+  (void) argc, (void) argv;
+  for (size_t i = 0; i < sizeof denied / sizeof denied[0]; i++) {
+    snprintf(label, sizeof label, "socket(%s)", denied[i].name);
+    r = socket(denied[i].family, denied[i].type | SOCK_CLOEXEC, denied[i].proto);
+    if (check(label, r, EAFNOSUPPORT, 0))
+      close((int) r);
+  }
+  /* the family is an int: garbage in the register's high half must not
+   * slip AF_VSOCK past the filter */
+  r = syscall(SYS_socket, (1UL << 32) | 40UL, (unsigned long) SOCK_STREAM, 0UL);
+  if (check("socket(1<<32 | AF_VSOCK)", r, EAFNOSUPPORT, 0))
+    close((int) r);
+  r = socketpair(40, SOCK_STREAM, 0, sv);
+  if (check("socketpair(AF_VSOCK)", r, EAFNOSUPPORT, 0)) {
+    close(sv[0]);
+    close(sv[1]);
+  }
+  for (size_t i = 0; i < sizeof allowed / sizeof allowed[0]; i++) {
+    int fd = socket(allowed[i].family, allowed[i].type | SOCK_CLOEXEC,
+                    allowed[i].proto);
+    if (fd < 0)
+      unexpected("socket(%s): %s, but it is a family sandboxes use",
+                 allowed[i].name, strerror(errno));
+    else
+      close(fd);
+  }
+  return finish();
+}
+
+/* Per-user kernel limits: inotify instances, as many as this sandbox may
+ * have, held for SECONDS; prints how many.  ("inotify_one": one more.) */
+static int a_inotify_hog(int argc, char **argv)
+{
+  int n = 0;
+  if (argc < 1)
+    fatal("usage: inotify_hog SECONDS");
+  while (inotify_init1(IN_CLOEXEC) >= 0)
+    n++;
+  note("%d inotify instances, then %s", n, strerror(errno));
+  printf("HELD %d\n", n);
+  fflush(stdout);
+  sleep((unsigned) atoi(argv[0]));
+  return 0;
+}
+
+static int a_inotify_one(int argc, char **argv)
+{
+  int fd = inotify_init1(IN_CLOEXEC);
+  (void) argc, (void) argv;
+  if (fd < 0)
+    escaped("inotify_init1: %s: another sandbox used up our limit",
+            strerror(errno));
+  else
+    blocked("inotify_init1 works: no other sandbox used up our limit");
+  return finish();
+}
+
+/* SysV shared memory and /dev/shm between calls: "put" leaves both
+ * behind, "get" must find neither. */
+static int a_shm(int argc, char **argv)
+{
+  key_t key = 0x64736563;
+  int id;
+  if (argc < 1)
+    fatal("usage: shm put|get");
+  if (strcmp(argv[0], "put") == 0) {
+    char *p;
+    int fd;
+    id = shmget(key, 4096, IPC_CREAT | 0666);
+    if (id < 0 || (p = shmat(id, NULL, 0)) == (void *) -1)
+      fatal("shmget/shmat: %s", strerror(errno));
+    strcpy(p, "secret of an earlier call");
+    shmdt(p);
+    fd = open("/dev/shm/dsec-secret", O_CREAT | O_WRONLY | O_CLOEXEC, 0666);
+    if (fd < 0 || write(fd, "secret\n", 7) != 7)
+      fatal("/dev/shm: %s", strerror(errno));
+    close(fd);
+    printf("PUT\n");
+    return 0;
+  }
+  id = shmget(key, 0, 0);
+  if (id >= 0)
+    escaped("shmget finds the segment an earlier call left");
+  else
+    blocked("shmget: %s", strerror(errno));
+  if (access("/dev/shm/dsec-secret", F_OK) == 0)
+    escaped("/dev/shm holds an earlier call's file");
+  else
+    blocked("/dev/shm is empty");
+  return finish();
+}
+
 /* ---------------------------------------------------------------- main */
 
 static const struct {
@@ -2208,6 +2336,10 @@ static const struct {
   { "landlock_domain", a_landlock_domain, "" },
   { "scope_unix", a_scope_unix, "NAME" },
   { "scope_signal", a_scope_signal, "TAG" },
+  { "sockfam", a_sockfam, "" },
+  { "inotify_hog", a_inotify_hog, "SECONDS" },
+  { "inotify_one", a_inotify_one, "" },
+  { "shm", a_shm, "put|get" },
 };
 
 int main(int argc, char **argv)

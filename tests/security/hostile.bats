@@ -1,0 +1,324 @@
+#!/usr/bin/env bats
+# Routes from a hostile sandbox (or a hostile image) to the host and to
+# other sandboxes, each tried through the documented CLI and each
+# blocked: host id ranges, per-user kernel limits, private directories,
+# read-write mounts, socket families, core dumps, fncall calls' IPC,
+# protected paths through symlinks, planted mask files, exclusive execs.
+#
+# Needs root (dsec-run create does), gcc with a static glibc, setpriv.
+
+bats_require_minimum_version 1.5.0
+
+: "${DSEC_SRCDIR:=$(cd "$BATS_TEST_DIRNAME/../.." && pwd)}"
+load ../helpers/common
+load helpers
+
+setup_file() {
+  [ "$(id -u)" -eq 0 ] || skip "needs root"
+  sec_setup_attack
+}
+
+teardown_file() {
+  sec_teardown_file
+}
+
+setup() {
+  require_root
+  sec_setup
+  BG=()
+}
+
+teardown() {
+  local p
+  for p in "${BG[@]}"; do
+    kill -9 "$p" 2>/dev/null || true
+    wait "$p" 2>/dev/null || true
+  done
+  sec_teardown
+}
+
+# bg_exec OUT ARG...: dsec-run exec ARG... in the background, its answer
+# in OUT.
+bg_exec() {
+  local out=$1
+  shift
+  dsec-run exec "$@" >"$out" 2>"$out.err" 3>&- &
+  BG+=("$!")
+}
+
+# wait_for FILE PATTERN: up to 30 s for FILE to hold PATTERN.
+wait_for() {
+  for _ in $(seq 300); do
+    grep -qs -- "$2" "$1" && return 0
+    sleep 0.1
+  done
+  echo "$1 never held $2: $(cat "$1" 2>/dev/null)" >&2
+  return 1
+}
+
+# as_nobody CMD...: CMD as an unprivileged host user.
+as_nobody() {
+  setpriv --reuid=65534 --regid=65534 --clear-groups -- "$@"
+}
+
+# --- host ids ----------------------------------------------------------------
+
+@test "each sandbox has a host id range of its own; rm frees it" {
+  local a b base_a base_b n
+  sb_create
+  a=$SB
+  sb_create
+  b=$SB
+  base_a=$(dsec-run inspect "$a" | jq -r .idmap.host_base)
+  base_b=$(dsec-run inspect "$b" | jq -r .idmap.host_base)
+  n=$(dsec-run inspect "$a" | jq -r .idmap.count)
+  [ "$n" -eq 65536 ]
+  [ "$base_a" -ge 65536 ]
+  [ "$base_b" -ge 65536 ]
+  # disjoint ranges
+  [ $((base_a + n)) -le "$base_b" ] || [ $((base_b + n)) -le "$base_a" ]
+  # the sandbox's root is the first id of its range, on the host
+  [ "$(awk '/^Uid:/ {print $2}' "/proc/$(dsec-run inspect "$a" | jq -r .init_pid)/status")" = "$base_a" ]
+  # the allocator's records name them
+  grep -qx "$a" "$DSEC_ROOT"/ids/*
+  grep -qx "$b" "$DSEC_ROOT"/ids/*
+  run -0 dsec-run rm "$a"
+  run -1 grep -qx "$a" "$DSEC_ROOT"/ids/*
+  grep -qx "$b" "$DSEC_ROOT"/ids/*
+}
+
+@test "a sandbox cannot use up another sandbox's, or host root's, per-user kernel limits" {
+  local hog
+  sb_create
+  hog=$SB
+  # as many inotify instances as the first sandbox may have, held
+  bg_exec "$BATS_TEST_TMPDIR/hog" --timeout=60 "$hog" -- "$ATTACK" inotify_hog 20
+  wait_for "$BATS_TEST_TMPDIR/hog.err" "inotify instances"
+  sb_create
+  attack inotify_one
+  assert_blocked inotify_one
+  # and host root still has its own
+  run -0 "$BATS_FILE_TMPDIR/attack" inotify_one
+  [[ $output == "BLOCKED inotify_one: "* ]]
+}
+
+@test "dsec-reap frees the id range of a sandbox that is gone, and only that one" {
+  local slot
+  sb_create
+  mkdir -p "$DSEC_ROOT/ids"
+  # a range whose sandbox is gone (a crash), taken long ago
+  echo sb-00000000deadbeef >"$DSEC_ROOT/ids/40000"
+  touch -d '-5 minutes' "$DSEC_ROOT/ids/40000"
+  # one being taken just now: its sandbox names it in a moment
+  echo sb-00000000feedbeef >"$DSEC_ROOT/ids/40001"
+  run -0 --separate-stderr dsec-reap --dry-run
+  jq -e -s 'any(.[]; .what == "ids" and .id == "40000" and .action == "would remove" and .sandbox == "sb-00000000deadbeef")' <<<"$output"
+  [ -e "$DSEC_ROOT/ids/40000" ]
+  run -0 --separate-stderr dsec-reap
+  jq -e -s 'any(.[]; .what == "ids" and .id == "40000" and .action == "removed")' <<<"$output"
+  jq -e -s 'all(.[]; .what != "ids" or .id == "40000")' <<<"$output"
+  [ ! -e "$DSEC_ROOT/ids/40000" ]
+  [ -e "$DSEC_ROOT/ids/40001" ]
+  # the live sandbox keeps its range
+  slot=$(cat "$DSEC_ROOT/sandboxes/$SB/ids")
+  [ "$(cat "$DSEC_ROOT/ids/$slot")" = "$SB" ]
+  rm -f "$DSEC_ROOT/ids/40001"
+}
+
+# --- private directories -----------------------------------------------------
+
+@test "root, run and store directories are private: no other user reaches a lock or a layer" {
+  local layer
+  sb_create
+  [ "$(stat -c %a "$DSEC_ROOT")" = 700 ]
+  [ "$(stat -c %a "$DSEC_RUN")" = 700 ]
+  [ "$(stat -c %a "$DSEC_ROOT/store")" = 700 ]
+  [ "$(stat -c %a "$DSEC_ROOT/sandboxes")" = 700 ]
+  [ "$(stat -c %a "$DSEC_ROOT/store/locks/gc")" = 600 ]
+  # what a local user tried: hang every create by holding the store's lock
+  run as_nobody flock -n "$DSEC_ROOT/store/locks/gc" true
+  [ "$status" -ne 0 ]
+  [[ $output == *"Permission denied"* ]]
+  layer=$DSEC_ROOT/store/layers/$(cat "$BATS_FILE_TMPDIR/busybox.layer")/rootfs/bin/busybox
+  [ -e "$layer" ]
+  run as_nobody stat "$layer"
+  [ "$status" -ne 0 ]
+  [[ $output == *"Permission denied"* ]]
+  run as_nobody ls "$DSEC_RUN/$SB"
+  [ "$status" -ne 0 ]
+  # and a sandbox still works
+  assert_alive
+}
+
+# --- read-write mounts ---------------------------------------------------------
+
+@test "a read-write mount: the sandbox writes as the directory's owner, never as root; set-id bits are refused" {
+  local w=$BATS_TEST_TMPDIR/work
+  mkdir -p "$w"
+  echo "root's" >"$w/rootfile"
+  chmod 0644 "$w/rootfile"
+  chown 1000:1000 "$w"
+  sb_create --mount "$w:/work"
+  sb_exec sh -c 'echo new >/work/new; mkdir /work/dir; echo x >/work/dir/f'
+  [ "$(stat -c %u:%g "$w/new")" = 1000:1000 ]
+  [ "$(stat -c %u:%g "$w/dir")" = 1000:1000 ]
+  [ "$(stat -c %u:%g "$w/dir/f")" = 1000:1000 ]
+  # root's files there stay root's: not writable, not removable by chown
+  run --separate-stderr dsec-run exec "$SB" -- sh -c 'echo changed >>/work/rootfile'
+  [ "$(jq -r .exit_code <<<"$output")" -ne 0 ]
+  [ "$(cat "$w/rootfile")" = "root's" ]
+  # no setuid or setgid file of the owner's lands on the host
+  for how in 'chmod 4755 /work/new' 'chmod 2755 /work/new' 'chmod u+s /work/dir/f' \
+    'install -m 4755 /bin/busybox /work/sh'; do
+    run --separate-stderr dsec-run exec "$SB" -- sh -c "$how"
+    [ "$(jq -r .exit_code <<<"$output")" -ne 0 ] || {
+      echo "'$how' succeeded" >&2
+      return 1
+    }
+  done
+  [ -z "$(find "$w" -perm /6000)" ]
+  assert_event "$SB" '.type == "denied" and (.syscall | test("chmod"))'
+  # the mount is nosuid: a set-user-ID root binary mounted in gains nothing
+  sb_exec sh -c 'grep " /work " /proc/self/mountinfo'
+  jq -e '.stdout | test("nosuid") and test("nodev")' <<<"$output"
+}
+
+@test "a read-write mount of a root-owned directory: the sandbox's files belong to its own host ids" {
+  local w=$BATS_TEST_TMPDIR/pub base
+  mkdir -p "$w"
+  chmod 0777 "$w"
+  sb_create --mount "$w:/pub"
+  base=$(sb_inspect | jq -r .idmap.host_base)
+  sb_exec sh -c 'echo x >/pub/f'
+  [ "$(stat -c %u "$w/f")" = "$base" ]
+}
+
+# --- system interfaces ----------------------------------------------------------
+
+@test "socket families other than unix, inet, inet6 and netlink route are refused" {
+  sb_create
+  attack sockfam
+  assert_blocked sockfam
+  assert_event "$SB" '.type == "denied" and .syscall == "socket" and .errno == 97'
+}
+
+@test "no core dumps: RLIMIT_CORE is 0 and cannot be raised" {
+  sb_create
+  sb_exec sh -c 'grep "^Max core file size" /proc/self/limits'
+  jq -e '.stdout | test("size +0 +0 ")' <<<"$output"
+  run --separate-stderr dsec-run exec "$SB" -- sh -c 'ulimit -c unlimited'
+  [ "$(jq -r .exit_code <<<"$output")" -ne 0 ]
+}
+
+@test "fncall: a call finds neither the SysV shared memory nor the /dev/shm files of an earlier one" {
+  sb_create --backend fncall
+  run -0 --separate-stderr dsec-run exec "$SB" -- "$ATTACK" shm put
+  jq -e '.stdout == "PUT\n"' <<<"$output"
+  attack shm get
+  assert_blocked shm
+}
+
+# --- protect and masks ----------------------------------------------------------
+
+@test "protect: a path through a symbolic link is refused (exit 3) and nothing is left" {
+  local l=$BATS_TEST_TMPDIR/layer
+  mkdir -p "$l/opt/grader"
+  echo answer >"$l/opt/grader/secret"
+  ln -s opt/grader "$l/grader"
+  dsec-layer create --dir "$l" --name test/linked@1 >/dev/null
+  run -3 --separate-stderr dsec-run create --image busybox --layer test/linked@1 \
+    --protect /grader/secret
+  [[ $stderr == *"symbolic link /grader"* ]]
+  [ -z "$(ls "$DSEC_ROOT/sandboxes" 2>/dev/null)" ] || {
+    ls "$DSEC_ROOT/sandboxes" >&2
+    return 1
+  }
+  # the real path is protected
+  sb_create --layer test/linked@1 --protect /opt/grader/secret
+  run --separate-stderr dsec-run exec "$SB" -- sh -c 'echo forged >/grader/secret'
+  [ "$(jq -r .exit_code <<<"$output")" -ne 0 ]
+  sb_exec cat /opt/grader/secret
+  jq -e '.stdout == "answer\n"' <<<"$output"
+}
+
+@test "mask files an image plants are not the masks" {
+  local l=$BATS_TEST_TMPDIR/layer i
+  mkdir -p "$l/dev" "$l/.dsec-masks"
+  for i in $(seq 0 40); do
+    echo planted >"$l/dev/dsec-mask-$i"
+    echo planted >"$l/.dsec-masks/$i"
+  done
+  dsec-layer create --dir "$l" --name test/planted@1 >/dev/null
+  sb_create --layer test/planted@1
+  sb_exec sh -c 'cat /proc/kallsyms /proc/timer_list /proc/keys /proc/sched_debug; echo end'
+  jq -e '.stdout == "end\n"' <<<"$output"
+  assert_event "$SB" '.type == "masked" and .path == "/proc/kallsyms"'
+}
+
+# --- exclusive execs ----------------------------------------------------------
+
+@test "exclusive: processes an earlier exec left running cannot see, signal or reach it" {
+  sb_create
+  # the agent leaves a watcher: it looks for the grader's processes by
+  # their command line and environment, and tries to take them over
+  sb_exec sh -c '
+    (n=0; end=$(( $(date +%s) + 20 ))
+     while [ "$(date +%s)" -lt "$end" ]; do
+       n=$((n + 1))
+       for p in /proc/[0-9]*; do
+         if grep -qs GRADER-MARK "$p/cmdline" "$p/environ"; then
+           echo "${p#/proc/}" >>/tmp/found
+           echo forged >"$p/fd/1" 2>/dev/null
+           echo forged >"$p/fd/0" 2>/dev/null
+           kill -9 "${p#/proc/}" 2>/dev/null
+         fi
+       done
+       echo "$n" >/tmp/rounds
+     done) </dev/null >/dev/null 2>&1 &'
+  run -0 --separate-stderr dsec-run exec --exclusive --env SECRET=GRADER-MARK "$SB" -- \
+    sh -c 'sleep 4; echo "graded GRADER-MARK"'
+  jq -e '.exit_code == 0 and .stdout == "graded GRADER-MARK\n"' <<<"$output"
+  sb_exec sh -c 'cat /tmp/rounds; cat /tmp/found 2>/dev/null; true'
+  # the watcher was running all along, and found nothing
+  jq -e '(.stdout | split("\n")[0] | tonumber) > 1' <<<"$output"
+  jq -e '(.stdout | split("\n") | length) == 2' <<<"$output"
+  # while a plain exec is found the same way
+  run --separate-stderr dsec-run exec --env SECRET=GRADER-MARK "$SB" -- sh -c 'sleep 3; echo plain'
+  jq -e '.stdout != "plain\n" or .exit_code != 0' <<<"$output"
+}
+
+@test "exclusive: a concurrent kill -9 -1 does not reach it, and it sees only its own processes" {
+  sb_create
+  bg_exec "$BATS_TEST_TMPDIR/x" --exclusive "$SB" -- sh -c 'sleep 3; ps -o pid,comm; echo alive'
+  sleep 1
+  sb_exec sh -c 'kill -9 -1; true'
+  wait "${BG[0]}"
+  jq -e '.exit_code == 0 and (.stdout | test("alive"))' "$BATS_TEST_TMPDIR/x"
+  # its process 1 is its own command, not the sandbox's init
+  jq -e '.stdout | test("dsec-init") | not' "$BATS_TEST_TMPDIR/x"
+  jq -e '.stdout | test("\n +1 sh\n")' "$BATS_TEST_TMPDIR/x"
+}
+
+@test "exclusive: no capabilities, denials recorded, protect holds, masks, timeout" {
+  sb_create --protect /etc
+  attack --exclusive caps
+  assert_blocked caps
+  attack --exclusive keyctl
+  assert_blocked keyctl
+  assert_event "$SB" '.type == "denied" and .syscall == "keyctl"'
+  run --separate-stderr dsec-run exec --exclusive "$SB" -- sh -c 'echo x >/etc/passwd'
+  [ "$(jq -r .exit_code <<<"$output")" -ne 0 ]
+  attack --exclusive masked /proc/kallsyms
+  assert_blocked masked
+  run -124 --separate-stderr dsec-run exec --exclusive --timeout 1 "$SB" -- sleep 30
+  jq -e '.timed_out == true' <<<"$output"
+  assert_alive
+}
+
+@test "exclusive: fncall accepts it, a request with a wrong type is bad input" {
+  sb_create --backend fncall
+  run -0 --separate-stderr dsec-run exec --exclusive "$SB" -- echo ok
+  jq -e '.stdout == "ok\n"' <<<"$output"
+  run -3 --separate-stderr dsec-run exec "$SB" --requests - <<<'{"cmd":["true"],"exclusive":"yes"}'
+  jq -e '.type == "error"' <<<"$output"
+}
