@@ -2643,16 +2643,16 @@ static int userns_with_maps(const char *uid_map, const char *gid_map,
 
 /* The id map of a read-write mount (for uid_map or gid_map): on the host,
  * what the sandbox's user (id inside) creates or changes there belongs to
- * the directory's owner (owner), every other id of the sandbox to the
- * sandbox's own host range, and nothing of the sandbox's to host root.
- * An owner that is root (or one of the sandbox's own ids) gets nothing:
- * the sandbox's ids then stay its own, and root's files stay root's. */
+ * the directory's owner (owner, never root: see bind_into_root), every
+ * other id of the sandbox to the sandbox's own host range, and nothing of
+ * the sandbox's to host root.  An owner that is one of the sandbox's own
+ * ids gets nothing more: the sandbox's ids are its own already. */
 static char *rw_map(uid_t owner, uid_t base, uid_t inside)
 {
   _cleanup_free_ char *below = NULL;
   _cleanup_free_ char *above = NULL;
 
-  if (owner == 0 || (owner >= base && owner - base < DSEC_IDRANGE_SIZE))
+  if (owner >= base && owner - base < DSEC_IDRANGE_SIZE)
     return xasprintf("%u %u %u\n", base, base, DSEC_IDRANGE_SIZE);
   below = inside > 0 ? xasprintf("%u %u %u\n", base, base, inside)
                      : xstrdup("");
@@ -2686,8 +2686,20 @@ static int bind_into_root(struct sup *s, int rfd, json_t *m, int userns,
   if (stat(src, &st) < 0)
     return dsec_error_set(err, DSEC_EXIT_INPUT, errno, "mount source %s", src);
   if (!ro && !s->rootless) {
-    _cleanup_free_ char *um = rw_map(st.st_uid, base, s->uid);
-    _cleanup_free_ char *gm = rw_map(st.st_gid, base, s->gid);
+    _cleanup_free_ char *um = NULL;
+    _cleanup_free_ char *gm = NULL;
+    /* the kernel lets nothing write through an idmapped mount to a file
+     * whose owner or group it does not map, and root is never mapped: a
+     * directory of root's would be a read-only mount that says it is not */
+    if (st.st_uid == 0 || st.st_gid == 0)
+      return dsec_error_set(err, DSEC_EXIT_INPUT, 0,
+                            "mount %s: it is owned by root (%u:%u), and "
+                            "nothing a sandbox writes may belong to root: "
+                            "give it to an unprivileged user and group, or "
+                            "mount it read-only", src, (unsigned) st.st_uid,
+                            (unsigned) st.st_gid);
+    um = rw_map(st.st_uid, base, s->uid);
+    gm = rw_map(st.st_gid, base, s->gid);
     mapns = userns_with_maps(um, gm, err);
     if (mapns < 0)
       return dsec_error_wrap(err, "mount %s", src);

@@ -2232,6 +2232,7 @@ static int a_inotify_hog(int argc, char **argv)
   note("%d inotify instances, then %s", n, strerror(errno));
   printf("HELD %d\n", n);
   fflush(stdout);
+  close(open("/tmp/inotify-held", O_CREAT | O_WRONLY | O_CLOEXEC, 0644));
   sleep((unsigned) atoi(argv[0]));
   return 0;
 }

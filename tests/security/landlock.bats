@@ -64,11 +64,14 @@ need_landlock() {
 }
 
 # A host directory to bind-mount on /grader, with answer.txt and sub/.
+# (an unprivileged user's, as a read-write mount must be: the sandbox's
+# root is its owner there, so only protect keeps it from writing)
 host_grader() {
   G=$BATS_TEST_TMPDIR/grader
   mkdir -p "$G/sub"
   echo "host answer" >"$G/answer.txt"
   echo "host notes" >"$G/notes.txt"
+  chown -R 1000:1000 "$G"
 }
 
 # umount_in PID PATH: unmounts PATH in the mount namespace of host process
@@ -323,6 +326,7 @@ os.waitpid(child, 0)
   local d=$BATS_TEST_TMPDIR/data
   mkdir -p "$d/sub"
   echo "data answer" >"$d/answer.txt"
+  chown -R 1000:1000 "$d"
   sb_create --layer dsec-ll@1 --protect /grader/answer.txt --mount "$d:/data" \
     --protect /data/answer.txt --workdir /work
   # rules hold inodes: they must still match once the dentries are gone
