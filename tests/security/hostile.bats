@@ -102,7 +102,7 @@ as_nobody() {
   attack inotify_one
   assert_blocked inotify_one
   # and host root still has its own
-  run -0 "$BATS_FILE_TMPDIR/attack" inotify_one
+  run -0 --separate-stderr "$BATS_FILE_TMPDIR/attack" inotify_one
   [[ $output == "BLOCKED inotify_one: "* ]]
 }
 
