@@ -60,8 +60,7 @@ int dsec_private_dir(const char *path, struct dsec_error **err)
   if (lstat(path, &st) < 0)
     return dsec_fail(err, errno, "cannot stat %s", path);
   if (!S_ISDIR(st.st_mode))
-    return dsec_error_set(err, DSEC_EXIT_INPUT, ENOTDIR, "%s is not a directory",
-                          path);
+    return dsec_fail(err, ENOTDIR, "%s is not a directory", path);
   if (st.st_uid == geteuid() && (st.st_mode & 077) &&
       chmod(path, st.st_mode & 0700) < 0)
     return dsec_fail(err, errno, "cannot make %s private", path);
