@@ -57,7 +57,7 @@
 enum dsec_audit_kind {
   DSEC_AUDIT_PROGRAM, /* a program path (4096 remembered) */
   DSEC_AUDIT_SYSCALL, /* a denied syscall number (1024) */
-  DSEC_AUDIT_IOCTL,   /* a denied ioctl request number (1024) */
+  DSEC_AUDIT_IOCTL,   /* a denied ioctl request, by type and number (1024) */
   DSEC_AUDIT_MASKED,  /* a masked file opened (64) */
   DSEC_AUDIT_HOST,    /* a host the proxy refused (1024) */
   DSEC_AUDIT_NKINDS
