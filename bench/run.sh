@@ -17,6 +17,7 @@ here=$(cd "$(dirname "$0")" && pwd)
 top=$(dirname "$here")
 
 BIN=${DSEC_BIN:-$top}
+BASE=${BENCH_BASE:-}
 BENCH_DIR=${BENCH_DIR:-/var/tmp/dsec-bench-run}
 N_CYCLE=${BENCH_CYCLES:-50}
 N_EXEC=${BENCH_EXECS:-200}
@@ -39,6 +40,11 @@ for b in dsec-run dsec-pull; do
   [[ -x $BIN/$b ]] || die "$BIN/$b not found: build dsec first (or set DSEC_BIN)"
 done
 DSEC=$BIN/dsec-run
+if [[ -n $BASE ]]; then
+  for b in dsec-run dsec-layer; do
+    [[ -x $BASE/$b ]] || die "BENCH_BASE: $BASE/$b not found"
+  done
+fi
 
 need_pkgs=()
 command -v crun >/dev/null || need_pkgs+=(crun)
@@ -377,6 +383,12 @@ done
 BUILD="$(stat -c %y "$BIN/dsec-run" | cut -d. -f1) (tree at $(git -C "$top" rev-parse --short HEAD 2>/dev/null || echo '?'))"
 BIN=$WORK/bin
 DSEC=$BIN/dsec-run
+if [[ -n $BASE ]]; then
+  mkdir -p "$WORK/base"
+  cp "$BASE/dsec-run" "$BASE/dsec-layer" "$WORK/base/"
+  BASE_BUILD="$(git -C "$BASE" rev-parse --short HEAD 2>/dev/null || echo "$BASE")"
+  BASE=$WORK/base
+fi
 
 crunw() { "$BH" nswrap crun --root "$CRUN_ROOT" "$@"; }
 
@@ -447,7 +459,22 @@ helper run "$N_CYCLE" "${BWRAP[@]}" >"$RES/c1_bwrap"
 log "2. exec of true into a running sandbox, $N_EXEC each"
 SB=$("$DSEC" create --image "$IMAGE" | jq -er .id)
 helper run "$N_WARM" "$DSEC" exec "$SB" -- true >/dev/null
-helper run "$N_EXEC" "$DSEC" exec "$SB" -- true >"$RES/c2_dsec"
+if [[ -n $BASE ]]; then
+  # the base build's own sandbox (its supervisor), measured in blocks
+  # that alternate with this build's, so that the machine's load changes
+  # weigh on both alike
+  SBB=$("$BASE/dsec-run" create --image "$IMAGE" | jq -er .id)
+  helper run "$N_WARM" "$BASE/dsec-run" exec "$SBB" -- true >/dev/null
+  : >"$RES/c2_dsec"
+  : >"$RES/c2_base"
+  for ((k = 0; k < 10; k++)); do
+    helper run $(((N_EXEC + 9) / 10)) "$DSEC" exec "$SB" -- true >>"$RES/c2_dsec"
+    helper run $(((N_EXEC + 9) / 10)) "$BASE/dsec-run" exec "$SBB" -- true >>"$RES/c2_base"
+  done
+  "$BASE/dsec-run" rm --force "$SBB" >/dev/null
+else
+  helper run "$N_EXEC" "$DSEC" exec "$SB" -- true >"$RES/c2_dsec"
+fi
 "$DSEC" rm --force "$SB" >/dev/null
 CTR=${CPFX}exec
 crunw run -d -b "$WORK/bundle-sleep" "$CTR" >/dev/null </dev/null
@@ -572,6 +599,7 @@ FE_RATE=$(awk -v m="$(mean "$RES/forkexec")" 'BEGIN { printf("%.0f", 1e6 / m) }'
   row "2 exec x$N_EXEC" "dsec-run exec ID -- true" c2_dsec
   row "2 exec" "$CRUN_EXEC_NOTE" c2_crun c2_dsec 0.25
   row "2 exec" "nsenter -t PID -a true" c2_nsenter c2_dsec
+  [[ -n $BASE ]] && row "2 exec" "dsec-run exec, BENCH_BASE build ($BASE_BUILD)" c2_base c2_dsec
   row "3 fncall x$N_CALLS" "one --requests stream: $C3_RATE calls/s" c3_fncall
   row "3 fncall" "bare fork+execve+waitpid: $FE_RATE /s" forkexec c3_fncall 1.3
   row "4 burst x$N_BURST" "dsec-run create ($C4_DSEC_FAIL failed)" c4_dsec

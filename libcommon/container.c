@@ -63,6 +63,7 @@
 #include <unistd.h>
 #include <seccomp.h>
 
+#include "audit.h"
 #include "cgroup.h"
 #include "ctl.h"
 #include "exec.h"
@@ -1126,6 +1127,7 @@ struct sup {
   struct dsec_proxy *proxy;
   struct watch w_proxy;
   struct dsec_net_events net; /* network events come from proxy threads */
+  struct dsec_audit *audit;   /* events.jsonl, within its budget */
   uid_t base;           /* the sandbox root's host id (0 rootless) */
   char *upperfs;        /* the disk-limited file system, or NULL */
   struct listener **listeners;
@@ -1153,13 +1155,25 @@ struct sup {
 static void sup_event(struct sup *s, json_t *ev)
 {
   _cleanup_error_ struct dsec_error *e = NULL;
-  dsec_event_append(s->events_fd, s->id, ev, &e);
+  dsec_audit_append(s->audit, ev, &e);
+  json_decref(ev);
+}
+
+/* The first sighting of key of kind: past the rate limits, with a
+ * reserve of the budget (audit.h). */
+static void sup_event_first(struct sup *s, json_t *ev, enum dsec_audit_kind kind,
+                            const void *key, size_t len)
+{
+  _cleanup_error_ struct dsec_error *e = NULL;
+  dsec_audit_append_first(s->audit, ev, kind, key, len, &e);
   json_decref(ev);
 }
 
 static void sup_write_state(struct sup *s)
 {
   _cleanup_error_ struct dsec_error *e = NULL;
+  if (s->audit)
+    json_object_set_new(s->state, "audit", dsec_audit_status(s->audit));
   if (dsec_sandbox_state_write(s->id, s->state, &e) < 0)
     dsec_warn("cannot write state: %s", e->msg);
 }
@@ -1241,8 +1255,12 @@ static void capture_read(struct capture *c, uint64_t cap)
       memcpy(c->data + c->len, buf, keep);
       c->len += keep;
     }
+    /* a streaming client gets what the cap keeps, no more (the result
+     * counts the rest) */
+    if (c->total < cap)
+      stream_chunk(c, buf, (uint64_t) n < cap - c->total ? (size_t) n
+                                                         : (size_t) (cap - c->total));
     c->total += (uint64_t) n;
-    stream_chunk(c, buf, (size_t) n);
   }
 }
 
@@ -1314,7 +1332,7 @@ static void job_finish(struct sup *s, struct job *j)
                                       "trajectory"));
     }
   }
-  dsec_exec_events(s->events_fd, s->id, j->req, res,
+  dsec_exec_events(s->audit, j->req, res,
                    j->out.total - j->out.len + j->err.total - j->err.len);
   if (j->pids_before >= 0) {
     int64_t hits = dsec_cgroup_pids_max_hits(s->cg);
@@ -1759,7 +1777,11 @@ static void masks_opened(struct sup *s)
         close(m->fd);
       if (!path)
         continue;
-      if (denial_admit(s))
+      if (dsec_audit_is_new(s->audit, DSEC_AUDIT_MASKED, path, strlen(path)))
+        sup_event_first(s, json_pack("{s:s, s:s, s:i}", "type", "masked",
+                                     "path", path, "pid", (int) m->pid),
+                        DSEC_AUDIT_MASKED, path, strlen(path));
+      else if (denial_admit(s))
         sup_event(s, json_pack("{s:s, s:s, s:i}", "type", "masked", "path",
                                path, "pid", (int) m->pid));
     }
@@ -1809,7 +1831,7 @@ static json_t *sup_checkpoint(struct sup *s, const char *name)
     sup_freeze(s, false);
   if (!layer)
     return op_error(err);
-  r = dsec_checkpoint_record(&s->traj, s->events_fd, s->id, s->state, layer,
+  r = dsec_checkpoint_record(&s->traj, s->audit, s->id, s->state, layer,
                              frozen, &err);
   if (!r)
     return op_error(err);
@@ -1903,6 +1925,7 @@ static void client_next(struct sup *s, struct client *cl)
       if (mem >= 0)
         json_object_set_new(st, "memory_bytes", json_integer(mem));
       json_object_set_new(st, "execs_running", json_integer((json_int_t) s->njobs));
+      json_object_set_new(st, "audit", dsec_audit_status(s->audit));
       client_write(cl, st);
       json_decref(st);
     } else if (strcmp(op, "checkpoint") == 0) {
@@ -2035,11 +2058,15 @@ static char *remote_string(pid_t pid, uint64_t addr, size_t max)
   return buf;
 }
 
-/* The argv of an execve in progress (at most 64 arguments of 1 KiB). */
+/* The argv of an execve in progress: one argument and one byte more than
+ * the audit log keeps (DSEC_AUDIT_ARGV_MAX arguments of DSEC_AUDIT_ARG_MAX
+ * bytes, DSEC_AUDIT_ARGV_BYTES in all), so that it sees the cut. */
 static json_t *remote_argv(pid_t pid, uint64_t addr)
 {
   json_t *argv = json_array();
-  for (int i = 0; i < 64 && addr; i++) {
+  size_t total = 0;
+  for (int i = 0; i <= DSEC_AUDIT_ARGV_MAX && addr &&
+                  total <= DSEC_AUDIT_ARGV_BYTES; i++) {
     uint64_t p = 0;
     struct iovec local = { &p, sizeof p };
     struct iovec remote = { (void *) (uintptr_t) (addr + 8 * (uint64_t) i),
@@ -2047,9 +2074,10 @@ static json_t *remote_argv(pid_t pid, uint64_t addr)
     char *arg;
     if (process_vm_readv(pid, &local, 1, &remote, 1, 0) != sizeof p || !p)
       break;
-    arg = remote_string(pid, p, 1024);
+    arg = remote_string(pid, p, DSEC_AUDIT_ARG_MAX + 1);
     if (!arg)
       break;
+    total += strlen(arg);
     json_array_append_new(argv, dsec_json_utf8(arg, strlen(arg)));
     free(arg);
   }
@@ -2102,6 +2130,7 @@ static void process_started(struct sup *s, struct listener *l,
   bool at = req->data.nr == SCMP_SYS(execveat);
   pid_t pid = (pid_t) req->pid;
   double now = now_ms();
+  bool first;
 
   {
     _cleanup_free_ char *path = remote_string(pid, req->data.args[at ? 1 : 0],
@@ -2130,20 +2159,27 @@ static void process_started(struct sup *s, struct listener *l,
     }
     if (now - s->process_window >= 1000)
       flush_suppressed(s, now);
-    if (s->processes_in_window++ >= PROCESSES_PER_SECOND) {
+    /* the first start of a program path is never lost in a flood */
+    first = path && dsec_audit_is_new(s->audit, DSEC_AUDIT_PROGRAM, path,
+                                      strlen(path));
+    if (!first && s->processes_in_window++ >= PROCESSES_PER_SECOND) {
       s->processes_suppressed++;
       goto answer;
     }
     argv = remote_argv(pid, req->data.args[at ? 2 : 1]);
     /* read before answering, and only trusted if the call is still the
      * same one (the process could have died and its pid be reused) */
-    if (seccomp_notify_id_valid(l->fd, req->id) == 0)
-      sup_event(s, json_pack("{s:s, s:o, s:o, s:i, s:O}", "type", "process",
+    if (seccomp_notify_id_valid(l->fd, req->id) == 0) {
+      json_t *ev = json_pack("{s:s, s:o, s:o, s:i, s:O}", "type", "process",
                              "path", path ? dsec_json_utf8(path, strlen(path))
                                           : json_null(),
                              "argv", argv, "pid", (int) pid, "seq",
-                             l->seq ? l->seq : json_null()));
-    else
+                             l->seq ? l->seq : json_null());
+      if (first)
+        sup_event_first(s, ev, DSEC_AUDIT_PROGRAM, path, strlen(path));
+      else
+        sup_event(s, ev);
+    } else
       json_decref(argv);
   }
 answer:
@@ -2178,16 +2214,30 @@ static void listener_ready(struct sup *s, struct listener *l, uint32_t events)
       resp->error = -dsec_seccomp_denial_errno(nr, (unsigned long) req->data.args[1]);
       seccomp_notify_respond(l->fd, resp);
 
-      if (denial_admit(s)) {
-        json_t *ev = json_pack("{s:s, s:s, s:O, s:i, s:i}", "type", "denied",
-                               "syscall", dsec_seccomp_name(nr), "seq",
-                               l->seq ? l->seq : json_null(), "pid",
-                               (int) req->pid, "errno", -resp->error);
-        if (nr == SCMP_SYS(ioctl))
-          json_object_set_new(ev, "ioctl",
-                              json_sprintf("0x%llx",
-                                           (unsigned long long) req->data.args[1]));
-        sup_event(s, ev);
+      {
+        /* the first denial of a syscall (of an ioctl request: by its type
+         * and number, the low 16 bits the filter matches) is never lost
+         * in a flood */
+        bool is_ioctl = nr == SCMP_SYS(ioctl);
+        uint32_t key = is_ioctl ? (uint32_t) (req->data.args[1] & 0xffff)
+                                : (uint32_t) nr;
+        enum dsec_audit_kind kind = is_ioctl ? DSEC_AUDIT_IOCTL
+                                             : DSEC_AUDIT_SYSCALL;
+        bool first = dsec_audit_is_new(s->audit, kind, &key, sizeof key);
+        if (first || denial_admit(s)) {
+          json_t *ev = json_pack("{s:s, s:s, s:O, s:i, s:i}", "type", "denied",
+                                 "syscall", dsec_seccomp_name(nr), "seq",
+                                 l->seq ? l->seq : json_null(), "pid",
+                                 (int) req->pid, "errno", -resp->error);
+          if (is_ioctl)
+            json_object_set_new(ev, "ioctl",
+                                json_sprintf("0x%llx",
+                                             (unsigned long long) req->data.args[1]));
+          if (first)
+            sup_event_first(s, ev, kind, &key, sizeof key);
+          else
+            sup_event(s, ev);
+        }
       }
       return;
     }
@@ -2320,6 +2370,8 @@ static void sup_teardown(struct sup *s, const char *state, const char *cause)
   if (strcmp(state, "died") == 0 || strcmp(state, "expired") == 0)
     sup_event(s, json_pack("{s:s, s:s}", "type", state, "cause",
                            cause ? cause : state));
+  if (s->audit)
+    dsec_audit_finish(s->audit);
   if (s->run_fd >= 0)
     unlinkat(s->run_fd, "ctl.sock", 0);
   fsync(s->events_fd);
@@ -2955,6 +3007,12 @@ _Noreturn void dsec_supervisor_main(struct dsec_container_opts *o)
     }
     dsec_traj_load(&s->traj);
   }
+  {
+    /* the budget counts what the file holds and what earlier supervisors
+     * of this sandbox dropped */
+    _cleanup_json_ json_t *old = dsec_sandbox_state_read(o->id, NULL);
+    s->audit = dsec_audit_new(s->events_fd, s->id, o->spec, old);
+  }
 
   /* 2. cgroups */
   if (dsec_cgroup_create(o->id, json_object_get(o->spec, "resources"), &s->cg,
@@ -3162,7 +3220,7 @@ _Noreturn void dsec_supervisor_main(struct dsec_container_opts *o)
     ep_add(s, s->fan_fd, EPOLLIN, &s->w_fan);
   }
   if (s->proxy_lfd >= 0) {
-    dsec_net_events_init(&s->net, s->events_fd, s->id);
+    dsec_net_events_init(&s->net, s->audit);
     s->proxy = dsec_proxy_new(json_object_get(o->spec, "network"),
                               dsec_net_events_report, &s->net);
     s->w_proxy = (struct watch){ W_PROXY, NULL, false };

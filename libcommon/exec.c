@@ -12,6 +12,7 @@
 
 #include <openssl/evp.h>
 
+#include "audit.h"
 #include "exitcodes.h"
 #include "process.h"
 #include "proxy.h"
@@ -391,7 +392,7 @@ json_t *dsec_checkpoint_layer(const char *upper, unsigned shift,
   return layer;
 }
 
-json_t *dsec_checkpoint_record(struct dsec_traj *t, int events_fd,
+json_t *dsec_checkpoint_record(struct dsec_traj *t, struct dsec_audit *audit,
                                const char *id, json_t *state, json_t *layer,
                                bool consistent, struct dsec_error **err)
 {
@@ -403,7 +404,7 @@ json_t *dsec_checkpoint_record(struct dsec_traj *t, int events_fd,
     return NULL;
   ev = json_pack("{s:s, s:O, s:O}", "type", "checkpoint", "layer", digest,
                  "after_seq", after);
-  dsec_event_append(events_fd, id, ev, NULL);
+  dsec_audit_append(audit, ev, NULL);
   json_decref(ev);
   json_object_set(state, "checkpoint", digest);
   return json_pack("{s:s, s:s, s:O, s:O, s:b}", "type", "checkpoint", "id", id,
@@ -422,7 +423,7 @@ json_t *dsec_exec_output(const char *stream, const char *buf, size_t len)
   return m;
 }
 
-void dsec_exec_events(int events_fd, const char *id, json_t *req, json_t *res,
+void dsec_exec_events(struct dsec_audit *audit, json_t *req, json_t *res,
                       uint64_t dropped)
 {
   json_t *seq = json_object_get(req, "seq");
@@ -450,7 +451,7 @@ void dsec_exec_events(int events_fd, const char *id, json_t *req, json_t *res,
                          (json_int_t) dropped);
   for (int i = 0; i < n; i++) {
     _cleanup_error_ struct dsec_error *e = NULL;
-    dsec_event_append(events_fd, id, evs[i], &e);
+    dsec_audit_append(audit, evs[i], &e);
     json_decref(evs[i]);
   }
 }

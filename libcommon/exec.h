@@ -10,6 +10,8 @@
 
 #include "json.h"
 
+struct dsec_audit;
+
 /* 0 when req is a well-formed exec request, else -1 and *why (new). */
 int dsec_exec_request_check(json_t *req, char **why);
 
@@ -67,7 +69,7 @@ int dsec_traj_append(struct dsec_traj *t, json_t *seq, json_t *req,
  * client (new), or NULL when the trajectory cannot take it. */
 json_t *dsec_checkpoint_layer(const char *upper, unsigned shift,
                               const char *name, struct dsec_error **err);
-json_t *dsec_checkpoint_record(struct dsec_traj *t, int events_fd,
+json_t *dsec_checkpoint_record(struct dsec_traj *t, struct dsec_audit *audit,
                                const char *id, json_t *state, json_t *layer,
                                bool consistent, struct dsec_error **err);
 
@@ -82,9 +84,10 @@ json_t *dsec_exec_result(const char *id, json_t *seq, int exit_code, int sig,
                          bool timed_out, bool oom, double duration_ms);
 
 /* Appends the audit events of a finished exec (req as recorded, res its
- * result, dropped the output bytes beyond the cap): "exec", and a "limit"
- * event for a timeout, an OOM kill or dropped output. */
-void dsec_exec_events(int events_fd, const char *id, json_t *req, json_t *res,
+ * result, dropped the output bytes beyond the cap) to the sandbox's audit
+ * log: "exec" (its argv bounded, see audit.h), and a "limit" event for a
+ * timeout, an OOM kill or dropped output. */
+void dsec_exec_events(struct dsec_audit *audit, json_t *req, json_t *res,
                       uint64_t dropped);
 
 #endif

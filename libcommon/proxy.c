@@ -16,6 +16,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include "audit.h"
 #include "sandbox.h"
 #include "utils.h"
 
@@ -409,11 +410,10 @@ void dsec_proxy_serve(struct dsec_proxy *p, int fd)
 
 #define NETWORK_PER_SECOND 100
 
-void dsec_net_events_init(struct dsec_net_events *e, int fd, const char *id)
+void dsec_net_events_init(struct dsec_net_events *e, struct dsec_audit *audit)
 {
   memset(e, 0, sizeof *e);
-  e->fd = fd;
-  e->id = id;
+  e->audit = audit;
   pthread_mutex_init(&e->lock, NULL);
 }
 
@@ -422,8 +422,21 @@ void dsec_net_events_report(void *ud, json_t *ev)
   struct dsec_net_events *e = ud;
   double now = dsec_now_ms();
   json_t *summary = NULL;
-  bool keep;
+  const char *host = json_string_value(json_object_get(ev, "host"));
+  _cleanup_free_ char *key = NULL;
+  bool keep, first = false;
 
+  if (!ev)
+    return;
+  /* the first refusal of a host is not lost in a flood: it passes the
+   * rate limit and has a reserve of the budget */
+  if (host && json_is_false(json_object_get(ev, "allowed"))) {
+    key = xstrndup(host, DSEC_AUDIT_STRING_MAX);
+    for (char *c = key; *c; c++)
+      if (*c >= 'A' && *c <= 'Z')
+        *c = (char) (*c - 'A' + 'a');
+    first = dsec_audit_is_new(e->audit, DSEC_AUDIT_HOST, key, strlen(key));
+  }
   pthread_mutex_lock(&e->lock);
   if (now - e->window >= 1000) {
     if (e->suppressed)
@@ -433,15 +446,18 @@ void dsec_net_events_report(void *ud, json_t *ev)
     e->in_window = 0;
     e->suppressed = 0;
   }
-  keep = e->in_window++ < NETWORK_PER_SECOND;
+  keep = first || e->in_window++ < NETWORK_PER_SECOND;
   if (!keep)
     e->suppressed++;
   pthread_mutex_unlock(&e->lock);
   if (summary) {
-    dsec_event_append(e->fd, e->id, summary, NULL);
+    dsec_audit_append(e->audit, summary, NULL);
     json_decref(summary);
   }
-  if (keep)
-    dsec_event_append(e->fd, e->id, ev, NULL);
+  if (first)
+    dsec_audit_append_first(e->audit, ev, DSEC_AUDIT_HOST, key, strlen(key),
+                            NULL);
+  else if (keep)
+    dsec_audit_append(e->audit, ev, NULL);
   json_decref(ev);
 }

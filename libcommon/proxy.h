@@ -28,20 +28,21 @@ struct dsec_proxy *dsec_proxy_new(json_t *network, dsec_proxy_report_fn report,
 /* Serves one accepted connection on a thread of its own (takes fd). */
 void dsec_proxy_serve(struct dsec_proxy *p, int fd);
 
-/* A reporter that appends the records to a sandbox's events.jsonl, at
+/* A reporter that appends the records to a sandbox's audit log, at
  * most 100 a second: past that they are counted and one
  * "network_suppressed" record says how many went (a flood of attempts
- * cannot hide the rest of the trail).  ud is a struct dsec_net_events
- * set up with dsec_net_events_init. */
+ * cannot hide the rest of the trail); the first refusal of each host
+ * passes the limit (audit.h).  ud is a struct dsec_net_events set up
+ * with dsec_net_events_init. */
+struct dsec_audit;
 struct dsec_net_events {
-  int fd;           /* events.jsonl, O_APPEND */
-  const char *id;   /* the sandbox */
+  struct dsec_audit *audit; /* the sandbox's events.jsonl (borrowed) */
   pthread_mutex_t lock;
   double window;
   int in_window;
   uint64_t suppressed;
 };
-void dsec_net_events_init(struct dsec_net_events *e, int fd, const char *id);
+void dsec_net_events_init(struct dsec_net_events *e, struct dsec_audit *audit);
 void dsec_net_events_report(void *ud, json_t *event);
 
 /* The decision for host:port, without network traffic: NULL when the

@@ -20,6 +20,7 @@
 
 #include <openssl/evp.h>
 
+#include "audit.h"
 #include "cgroup.h"
 #include "cli.h"
 #include "client.h"
@@ -967,10 +968,13 @@ static int create_sandbox(json_t *spec_in, const char *reuse_id,
                    (int) pid, "supervisor_start",
                    (json_int_t) dsec_process_starttime(pid));
     if (reuse_id) {
-      /* a resumed sandbox keeps the time it was first created */
+      /* a resumed sandbox keeps the time it was first created, and the
+       * counts of what its audit log dropped */
       _cleanup_json_ json_t *old = dsec_sandbox_state_read(id, NULL);
       if (json_is_string(json_object_get(old, "created")))
         json_object_set(st, "created", json_object_get(old, "created"));
+      if (json_is_object(json_object_get(old, "audit")))
+        json_object_set(st, "audit", json_object_get(old, "audit"));
     }
     if (ret == 0) {
       text = json_dumps(st, JSON_COMPACT);
@@ -1072,6 +1076,8 @@ fail_dir:
       json_object_set(st, "snapshot", json_object_get(old, "snapshot"));
     if (old && json_object_get(old, "created"))
       json_object_set(st, "created", json_object_get(old, "created"));
+    if (old && json_object_get(old, "audit"))
+      json_object_set(st, "audit", json_object_get(old, "audit"));
     {
       struct dsec_cgroup *cg = dsec_cgroup_for_id(id);
       dsec_cgroup_destroy(cg, NULL);
@@ -1464,6 +1470,7 @@ static int do_inspect(struct opts *o, struct dsec_error **err)
 {
   _cleanup_free_ char *id = dsec_sandbox_resolve(o->args[0], err);
   json_t *st, *rec;
+  bool audit_live = false;
 
   if (!id)
     return -1;
@@ -1490,11 +1497,20 @@ static int do_inspect(struct opts *o, struct dsec_error **err)
         json_object_set(rec, "memory_bytes", json_object_get(live, "memory_bytes"));
         json_object_set(rec, "execs_running",
                         json_object_get(live, "execs_running"));
+        if (json_is_object(json_object_get(live, "audit"))) {
+          json_object_set(rec, "audit", json_object_get(live, "audit"));
+          audit_live = true;
+        }
         json_decref(live);
       }
       dsec_conn_close(c);
     }
   }
+  if (!audit_live)
+    /* what the last supervisor counted, with the file's size now */
+    json_object_set_new(rec, "audit",
+                        dsec_audit_status_file(id, json_object_get(rec, "spec"),
+                                               json_object_get(rec, "audit")));
   {
     _cleanup_free_ char *dir = dsec_sandbox_dir(id);
     json_object_set_new(rec, "dir", json_string(dir));

@@ -16,6 +16,7 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include "audit.h"
 #include "cgroup.h"
 #include "client.h"
 #include "fsutil.h"
@@ -362,28 +363,7 @@ json_t *dsec_sandbox_list(struct dsec_error **err)
 int dsec_event_append(int fd, const char *id, json_t *event,
                       struct dsec_error **err)
 {
-  _cleanup_free_ char *now = dsec_time_rfc3339();
-  _cleanup_close_ int own = -1;
-  json_t *rec = json_pack("{s:O, s:s, s:s}", "type",
-                          json_object_get(event, "type"), "time", now,
-                          "sandbox", id);
-  int ret;
-
-  json_object_update_missing(rec, event);
-  if (fd < 0) {
-    _cleanup_free_ char *dir = dsec_sandbox_dir(id);
-    _cleanup_free_ char *path = xasprintf("%s/events.jsonl", dir);
-    own = open(path, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0644);
-    if (own < 0) {
-      json_decref(rec);
-      return dsec_fail(err, errno, "cannot open %s", path);
-    }
-    fd = own;
-  }
-  /* one write per record: O_APPEND keeps concurrent writers' lines whole */
-  ret = dsec_json_write_line(fd, rec, err);
-  json_decref(rec);
-  return ret;
+  return dsec_audit_append_once(fd, id, event, err) < 0 ? -1 : 0;
 }
 
 /* Stopping and removal, shared by dsec-run rm and dsec-reap. */

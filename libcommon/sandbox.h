@@ -67,7 +67,10 @@ void dsec_sandbox_remove_files(const char *id, json_t *spec);
 int dsec_sandbox_stop(const char *id, bool force, struct dsec_error **err);
 
 /* Appends one record to sandboxes/<id>/events.jsonl (fd may be -1: opens
- * the file).  Adds "time" and "sandbox". */
+ * the file).  Adds "time" and "sandbox".  For writers other than the
+ * supervisor: the record is kept to the budget of the sandbox's
+ * spec.json (audit.h; a record that does not fit is dropped, 0 all the
+ * same). */
 int dsec_event_append(int fd, const char *id, json_t *event,
                       struct dsec_error **err);
 

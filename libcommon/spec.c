@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "audit.h"
 #include "cli.h"
 #include "refs.h"
 
@@ -334,13 +335,34 @@ static int check_env(json_t *spec, struct dsec_error **err)
   return 0;
 }
 
+/* audit: the byte budget of events.jsonl (audit.h) */
+static int check_audit(json_t *spec, struct dsec_error **err)
+{
+  static const char *const keys[] = { "max_bytes", NULL };
+  json_t *a = json_object_get(spec, "audit");
+
+  if (!a || json_is_null(a)) {
+    a = json_object();
+    json_object_set_new(spec, "audit", a);
+  }
+  if (want_type(a, JSON_OBJECT, "audit", "an object", err) < 0 ||
+      only_keys(a, "audit", keys, err) < 0 ||
+      want_uint(a, "max_bytes", "audit.max_bytes", DSEC_AUDIT_MAX_BYTES_MIN,
+                DSEC_AUDIT_MAX_BYTES_MAX, err) < 0)
+    return -1;
+  if (!json_object_get(a, "max_bytes"))
+    json_object_set_new(a, "max_bytes",
+                        json_integer(DSEC_AUDIT_MAX_BYTES_DEFAULT));
+  return 0;
+}
+
 int dsec_spec_validate(json_t *spec, struct dsec_error **err)
 {
   static const char *const keys[] = {
     "backend", "image",    "layers", "resources",   "network",
     "mounts",  "protect",  "hide",   "env",         "workdir",
     "user",    "ttl_s",    "idle_timeout_s",        "idle_action",
-    "labels",  "name",     "pmem",  NULL,
+    "labels",  "name",     "pmem",  "audit", NULL,
   };
   const char *s;
   json_t *v;
@@ -367,7 +389,8 @@ int dsec_spec_validate(json_t *spec, struct dsec_error **err)
       check_resources(spec, err) < 0 || check_network(spec, err) < 0 ||
       check_mounts(spec, err) < 0 ||
       want_string_array(spec, "protect", true, err) < 0 ||
-      want_string_array(spec, "hide", true, err) < 0 || check_env(spec, err) < 0)
+      want_string_array(spec, "hide", true, err) < 0 || check_env(spec, err) < 0 ||
+      check_audit(spec, err) < 0)
     return -1;
   v = json_object_get(spec, "pmem");
   if (v && !json_is_boolean(v))

@@ -15,7 +15,8 @@
 
 /* Checks spec (an object) and fills in defaults in place: backend
  * "container", resources.class "latency", network {"mode":"none"}, env {},
- * workdir "/", user "0:0", layers/mounts/protect/hide [], labels {}.
+ * workdir "/", user "0:0", layers/mounts/protect/hide [], labels {},
+ * audit {"max_bytes": 64 MiB}.
  * Bad input otherwise. */
 int dsec_spec_validate(json_t *spec, struct dsec_error **err);
 

@@ -52,6 +52,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "audit.h"
 #include "cgroup.h"
 #include "ctl.h"
 #include "exec.h"
@@ -196,6 +197,7 @@ struct vm {
   struct dsec_cgroup *cg;
   struct dsec_proxy *proxy; /* network proxy mode, else NULL */
   struct dsec_net_events net;
+  struct dsec_audit *audit; /* events.jsonl, within its budget */
   int net_chan;             /* the dsec.net port's host end */
   struct dsec_traj traj;
   struct vclient **clients;
@@ -217,13 +219,15 @@ struct vm {
 static void vm_event(struct vm *v, json_t *ev)
 {
   _cleanup_error_ struct dsec_error *e = NULL;
-  dsec_event_append(v->events_fd, v->id, ev, &e);
+  dsec_audit_append(v->audit, ev, &e);
   json_decref(ev);
 }
 
 static void vm_write_state(struct vm *v)
 {
   _cleanup_error_ struct dsec_error *e = NULL;
+  if (v->audit)
+    json_object_set_new(v->state, "audit", dsec_audit_status(v->audit));
   if (dsec_sandbox_state_write(v->id, v->state, &e) < 0)
     dsec_warn("%s", e->msg);
 }
@@ -1284,7 +1288,7 @@ static void job_done(struct vm *v, json_t *m, const char *payload)
                                                     "in the trajectory"));
     }
   }
-  dsec_exec_events(v->events_fd, v->id, j->req, res,
+  dsec_exec_events(v->audit, j->req, res,
                    otot - olen + etot - elen);
   if (j->cl) {
     struct vclient *cl = j->cl;
@@ -1403,6 +1407,8 @@ static _Noreturn void vm_end(struct vm *v, const char *state, const char *cause)
   if (strcmp(state, "died") == 0 || strcmp(state, "expired") == 0)
     vm_event(v, json_pack("{s:s, s:s}", "type", state, "cause",
                           cause ? cause : state));
+  if (v->audit)
+    dsec_audit_finish(v->audit);
   if (v->run_fd >= 0)
     unlinkat(v->run_fd, "ctl.sock", 0);
   fsync(v->events_fd);
@@ -1574,7 +1580,7 @@ static json_t *vm_checkpoint(struct vm *v, const char *name)
     if (!layer || !cont || !thawed)
       return dsec_ctl_op_error(err);
   }
-  r = dsec_checkpoint_record(&v->traj, v->events_fd, v->id, v->state, layer,
+  r = dsec_checkpoint_record(&v->traj, v->audit, v->id, v->state, layer,
                              true, &err);
   if (!r)
     return dsec_ctl_op_error(err);
@@ -1611,6 +1617,7 @@ static void client_next(struct vm *v, struct vclient *cl)
       if (mem >= 0)
         json_object_set_new(st, "memory_bytes", json_integer(mem));
       json_object_set_new(st, "execs_running", json_integer((json_int_t) v->njobs));
+      json_object_set_new(st, "audit", dsec_audit_status(v->audit));
       client_write(cl, st);
       json_decref(st);
     } else if (strcmp(op, "suspend") == 0) {
@@ -1861,6 +1868,12 @@ _Noreturn void dsec_vm_supervisor_main(struct dsec_container_opts *o)
     }
     dsec_traj_load(&v->traj);
   }
+  {
+    /* the budget counts what the file holds and what earlier supervisors
+     * of this sandbox dropped */
+    _cleanup_json_ json_t *old = dsec_sandbox_state_read(o->id, NULL);
+    v->audit = dsec_audit_new(v->events_fd, v->id, o->spec, old);
+  }
 
   /* 1. what the VM boots from */
   if (dsec_store_open(&store, &err) < 0)
@@ -1910,7 +1923,7 @@ _Noreturn void dsec_vm_supervisor_main(struct dsec_container_opts *o)
       dsec_fail(&err, errno, "cannot create the network channel");
       goto fail;
     }
-    dsec_net_events_init(&v->net, v->events_fd, v->id);
+    dsec_net_events_init(&v->net, v->audit);
     v->proxy = dsec_proxy_new(json_object_get(o->spec, "network"),
                               dsec_net_events_report, &v->net);
     v->net_chan = net[0];

@@ -151,6 +151,26 @@ qemu_pids() {
   [ "$(vm_out "$id" echo ok)" = ok ]
 }
 
+@test "audit: a flood of long execs keeps events.jsonl to audit.max_bytes, argv bounded" {
+  require_vm
+  local id a size
+  printf '{"image":"busybox:1","audit":{"max_bytes":65536}}\n' >"$BATS_TEST_TMPDIR/spec.json"
+  id=$(vm_create --spec "$BATS_TEST_TMPDIR/spec.json")
+  a=$(head -c 4000 /dev/zero | tr '\0' a)
+  for _ in $(seq 12); do
+    jq -cn --arg a "$a" '{"cmd":["/bin/true",$a,$a,$a,$a,$a]}'
+  done >"$BATS_TEST_TMPDIR/requests"
+  run -0 --separate-stderr dsec-vm exec "$id" --requests "$BATS_TEST_TMPDIR/requests"
+  [ "$(jq -s 'map(select(.exit_code == 0)) | length' <<<"$output")" = 12 ]
+  size=$(stat -c %s "$DSEC_ROOT/sandboxes/$id/events.jsonl")
+  [ "$size" -le 65536 ]
+  dsec-vm events "$id" | jq -se 'map(select(.type == "audit_truncated")) | length == 1'
+  dsec-vm events "$id" | jq -se 'map(select(.type == "exec")) | length > 0 and
+    all(.[]; .argv_truncated and ([.argv[] | length] | add) <= 8192)'
+  dsec-vm inspect "$id" | jq -e --argjson size "$size" \
+    '.audit.bytes == $size and .audit.max_bytes == 65536 and .audit.dropped.exec > 0'
+}
+
 @test "trajectory: a recorded seq is replayed, not re-run; a different command at it is refused (4)" {
   require_vm
   local id res

@@ -2281,6 +2281,63 @@ static int a_shm(int argc, char **argv)
     escaped("/dev/shm holds an earlier call's file");
   else
     blocked("/dev/shm is empty");
+/* A flood of one denied call, then a call not denied before: the
+ * audit log must record the new one all the same (tests/security/
+ * audit.bats).  keyctl COUNT times, bpf once, ioctl TIOCSTI COUNT times,
+ * ioctl FICLONE once; each must fail as the filter says. */
+static void flood(const char *label, int count, long (*call)(void), int want)
+{
+  int bad = 0, e = 0;
+  for (int i = 0; i < count; i++) {
+    errno = 0;
+    if (call() >= 0 || errno != want) {
+      bad++;
+      e = errno;
+    }
+  }
+  if (bad)
+    unexpected("%s: %d of %d calls did not fail with %s (%s)", label, bad, count,
+               errname(want), strerror(e));
+  else
+    blocked("%s x%d: %s", label, count, strerror(want));
+}
+
+static long call_keyctl(void)
+{
+  return syscall(SYS_keyctl, KEYCTL_GET_KEYRING_ID, KEY_SPEC_SESSION_KEYRING, 0);
+}
+
+static long call_bpf(void)
+{
+  union bpf_attr attr;
+  memset(&attr, 0, sizeof attr);
+  attr.map_type = BPF_MAP_TYPE_ARRAY;
+  attr.key_size = 4;
+  attr.value_size = 4;
+  attr.max_entries = 1;
+  return syscall(SYS_bpf, BPF_MAP_CREATE, &attr, sizeof attr);
+}
+
+static long call_tiocsti(void)
+{
+  char c = '\n';
+  return ioctl(0, TIOCSTI, &c);
+}
+
+static long call_ficlone(void)
+{
+  return ioctl(1, FICLONE, 0);
+}
+
+static int a_deny_flood(int argc, char **argv)
+{
+  int count = argc > 0 ? atoi(argv[0]) : 0;
+  if (count <= 0)
+    fatal("usage: deny_flood COUNT");
+  flood("keyctl", count, call_keyctl, EPERM);
+  flood("bpf", 1, call_bpf, EPERM);
+  flood("ioctl(TIOCSTI)", count, call_tiocsti, EPERM);
+  flood("ioctl(FICLONE)", 1, call_ficlone, EOPNOTSUPP);
   return finish();
 }
 
@@ -2341,6 +2398,7 @@ static const struct {
   { "inotify_hog", a_inotify_hog, "SECONDS" },
   { "inotify_one", a_inotify_one, "" },
   { "shm", a_shm, "put|get" },
+  { "deny_flood", a_deny_flood, "COUNT" },
 };
 
 int main(int argc, char **argv)
