@@ -2281,6 +2281,9 @@ static int a_shm(int argc, char **argv)
     escaped("/dev/shm holds an earlier call's file");
   else
     blocked("/dev/shm is empty");
+  return finish();
+}
+
 /* A flood of one denied call, then a call not denied before: the
  * audit log must record the new one all the same (tests/security/
  * audit.bats).  keyctl COUNT times, bpf once, ioctl TIOCSTI COUNT times,
