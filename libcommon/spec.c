@@ -470,3 +470,187 @@ int dsec_spec_validate(json_t *spec, struct dsec_error **err)
     json_object_del(spec, "name");
   return 0;
 }
+
+/* ---- the typed spec */
+
+static const char *const backend_names[] = {
+  [DSEC_BACKEND_FNCALL] = "fncall",
+  [DSEC_BACKEND_CONTAINER] = "container",
+  [DSEC_BACKEND_MICROVM] = "microvm",
+  [DSEC_BACKEND_VM] = "vm",
+};
+
+const char *dsec_backend_name(enum dsec_backend b)
+{
+  return (size_t) b < ARRAY_SIZE(backend_names) ? backend_names[b] : "?";
+}
+
+static void strv_from(struct dsec_strv *v, json_t *a)
+{
+  json_t *x;
+  size_t i;
+  v->n = json_array_size(a);
+  v->v = xzalloc(sizeof *v->v * (v->n + 1));
+  json_array_foreach(a, i, x)
+    v->v[i] = xstrdup(json_string_value(x));
+}
+
+static json_t *strv_json(const struct dsec_strv *v)
+{
+  json_t *a = json_array();
+  for (size_t i = 0; i < v->n; i++)
+    json_array_append_new(a, json_string(v->v[i]));
+  return a;
+}
+
+static void strv_clear(struct dsec_strv *v)
+{
+  for (size_t i = 0; i < v->n; i++)
+    free(v->v[i]);
+  free(v->v);
+  v->v = NULL;
+  v->n = 0;
+}
+
+int dsec_spec_parse(json_t *json, struct dsec_spec **out,
+                    struct dsec_error **err)
+{
+  struct dsec_spec *s;
+  json_t *r, *n, *m, *v;
+  const char *b;
+  size_t i;
+
+  if (dsec_spec_validate(json, err) < 0)
+    return -1;
+  s = xzalloc(sizeof *s);
+  b = json_string_value(json_object_get(json, "backend"));
+  for (i = 0; i < ARRAY_SIZE(backend_names); i++)
+    if (strcmp(b, backend_names[i]) == 0)
+      s->backend = (enum dsec_backend) i;
+  s->image = xstrdup(json_string_value(json_object_get(json, "image")));
+  strv_from(&s->layers, json_object_get(json, "layers"));
+
+  r = json_object_get(json, "resources");
+  s->resources.cpus = json_number_value(json_object_get(r, "cpus"));
+  s->resources.memory_mb = json_integer_value(json_object_get(r, "memory_mb"));
+  s->resources.pids = json_integer_value(json_object_get(r, "pids"));
+  s->resources.disk_mb = json_integer_value(json_object_get(r, "disk_mb"));
+  s->resources.klass =
+    strcmp(json_string_value(json_object_get(r, "class")), "besteffort") == 0
+      ? DSEC_CLASS_BESTEFFORT
+      : DSEC_CLASS_LATENCY;
+
+  n = json_object_get(json, "network");
+  s->network.mode = strcmp(json_string_value(json_object_get(n, "mode")),
+                           "proxy") == 0
+                      ? DSEC_NET_PROXY
+                      : DSEC_NET_NONE;
+  strv_from(&s->network.allow, json_object_get(n, "allow"));
+  strv_from(&s->network.deny, json_object_get(n, "deny"));
+  s->network.json = json_deep_copy(n);
+
+  s->n_mounts = json_array_size(json_object_get(json, "mounts"));
+  s->mounts = xzalloc(sizeof *s->mounts * (s->n_mounts + 1));
+  json_array_foreach(json_object_get(json, "mounts"), i, m)
+  {
+    s->mounts[i].source = xstrdup(json_string_value(json_object_get(m, "source")));
+    s->mounts[i].target = xstrdup(json_string_value(json_object_get(m, "target")));
+    s->mounts[i].ro = json_is_true(json_object_get(m, "ro"));
+  }
+  strv_from(&s->protect, json_object_get(json, "protect"));
+  strv_from(&s->hide, json_object_get(json, "hide"));
+  s->env = json_deep_copy(json_object_get(json, "env"));
+  s->workdir = xstrdup(json_string_value(json_object_get(json, "workdir")));
+  dsec_parse_user(json_string_value(json_object_get(json, "user")), &s->uid,
+                  &s->gid);
+  s->ttl_s = json_integer_value(json_object_get(json, "ttl_s"));
+  s->idle_timeout_s = json_integer_value(json_object_get(json, "idle_timeout_s"));
+  s->idle_action = strcmp(json_string_value(json_object_get(json, "idle_action")),
+                          "suspend") == 0
+                     ? DSEC_IDLE_SUSPEND
+                     : DSEC_IDLE_REMOVE;
+  s->labels = json_deep_copy(json_object_get(json, "labels"));
+  v = json_object_get(json, "name");
+  s->name = json_is_string(v) ? xstrdup(json_string_value(v)) : NULL;
+  s->pmem = json_is_true(json_object_get(json, "pmem"));
+  s->audit_max_bytes = json_integer_value(
+    json_object_get(json_object_get(json, "audit"), "max_bytes"));
+  *out = s;
+  return 0;
+}
+
+json_t *dsec_spec_to_json(const struct dsec_spec *s)
+{
+  json_t *r = json_object(), *mounts = json_array(), *j;
+
+  if (s->resources.cpus > 0)
+    json_object_set_new(r, "cpus", json_real(s->resources.cpus));
+  if (s->resources.memory_mb)
+    json_object_set_new(r, "memory_mb", json_integer(s->resources.memory_mb));
+  if (s->resources.pids)
+    json_object_set_new(r, "pids", json_integer(s->resources.pids));
+  if (s->resources.disk_mb)
+    json_object_set_new(r, "disk_mb", json_integer(s->resources.disk_mb));
+  json_object_set_new(r, "class",
+                      json_string(s->resources.klass == DSEC_CLASS_BESTEFFORT
+                                    ? "besteffort"
+                                    : "latency"));
+  for (size_t i = 0; i < s->n_mounts; i++)
+    json_array_append_new(mounts, json_pack("{s:s, s:s, s:b}", "source",
+                                            s->mounts[i].source, "target",
+                                            s->mounts[i].target, "ro",
+                                            s->mounts[i].ro));
+  j = json_pack("{s:s, s:s, s:o, s:o, s:O, s:o, s:o, s:o, s:O, s:s, s:o, "
+                "s:s, s:O, s:o}",
+                "backend", dsec_backend_name(s->backend), "image", s->image,
+                "layers", strv_json(&s->layers), "resources", r, "network",
+                s->network.json, "mounts", mounts, "protect",
+                strv_json(&s->protect), "hide", strv_json(&s->hide), "env",
+                s->env, "workdir", s->workdir, "user",
+                json_sprintf("%u:%u", (unsigned) s->uid, (unsigned) s->gid),
+                "idle_action",
+                s->idle_action == DSEC_IDLE_SUSPEND ? "suspend" : "remove",
+                "labels", s->labels, "audit",
+                json_pack("{s:I}", "max_bytes",
+                          (json_int_t) s->audit_max_bytes));
+  if (s->ttl_s)
+    json_object_set_new(j, "ttl_s", json_integer(s->ttl_s));
+  if (s->idle_timeout_s)
+    json_object_set_new(j, "idle_timeout_s", json_integer(s->idle_timeout_s));
+  if (s->name)
+    json_object_set_new(j, "name", json_string(s->name));
+  if (s->pmem)
+    json_object_set_new(j, "pmem", json_true());
+  return j;
+}
+
+bool dsec_spec_has_rw_mount(const struct dsec_spec *s)
+{
+  for (size_t i = 0; i < s->n_mounts; i++)
+    if (!s->mounts[i].ro)
+      return true;
+  return false;
+}
+
+void dsec_spec_free(struct dsec_spec *s)
+{
+  if (!s)
+    return;
+  free(s->image);
+  strv_clear(&s->layers);
+  strv_clear(&s->network.allow);
+  strv_clear(&s->network.deny);
+  json_decref(s->network.json);
+  for (size_t i = 0; i < s->n_mounts; i++) {
+    free(s->mounts[i].source);
+    free(s->mounts[i].target);
+  }
+  free(s->mounts);
+  strv_clear(&s->protect);
+  strv_clear(&s->hide);
+  json_decref(s->env);
+  free(s->workdir);
+  json_decref(s->labels);
+  free(s->name);
+  free(s);
+}

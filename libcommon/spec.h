@@ -20,6 +20,86 @@
  * Bad input otherwise. */
 int dsec_spec_validate(json_t *spec, struct dsec_error **err);
 
+/* The spec as the engine reads it: parsed and validated once
+ * (dsec_spec_parse), written back to JSON from here (spec.json, pool
+ * keys, the guest's setup), never read as a JSON tree by a backend. */
+enum dsec_backend {
+  DSEC_BACKEND_FNCALL,
+  DSEC_BACKEND_CONTAINER,
+  DSEC_BACKEND_MICROVM,
+  DSEC_BACKEND_VM,
+};
+
+enum dsec_class { DSEC_CLASS_LATENCY, DSEC_CLASS_BESTEFFORT };
+enum dsec_net_mode { DSEC_NET_NONE, DSEC_NET_PROXY };
+enum dsec_idle_action { DSEC_IDLE_REMOVE, DSEC_IDLE_SUSPEND };
+
+/* A list of strings (owned). */
+struct dsec_strv {
+  char **v;
+  size_t n;
+};
+
+struct dsec_mount {
+  char *source; /* host path */
+  char *target; /* path in the sandbox */
+  bool ro;
+};
+
+struct dsec_spec {
+  enum dsec_backend backend;
+  char *image;
+  struct dsec_strv layers;      /* on the image, last on top */
+  struct {
+    double cpus;                /* 0: no quota */
+    int64_t memory_mb;          /* 0: none of these limits */
+    int64_t pids;
+    int64_t disk_mb;
+    enum dsec_class klass;
+  } resources;
+  struct {
+    enum dsec_net_mode mode;
+    struct dsec_strv allow, deny;
+    json_t *json;               /* the object, for the proxy (owned) */
+  } network;
+  struct dsec_mount *mounts;
+  size_t n_mounts;
+  struct dsec_strv protect, hide;
+  json_t *env;                  /* object of strings (owned) */
+  char *workdir;
+  uid_t uid;
+  gid_t gid;
+  int64_t ttl_s, idle_timeout_s; /* 0: none */
+  enum dsec_idle_action idle_action;
+  json_t *labels;               /* object of scalars (owned) */
+  char *name;                   /* NULL: none */
+  bool pmem;
+  int64_t audit_max_bytes;
+};
+
+/* Validates json (in place, as dsec_spec_validate) and parses it: *out
+ * is new (free with dsec_spec_free). */
+int dsec_spec_parse(json_t *json, struct dsec_spec **out,
+                    struct dsec_error **err);
+/* The spec as JSON, every default spelled out (new). */
+json_t *dsec_spec_to_json(const struct dsec_spec *s);
+void dsec_spec_free(struct dsec_spec *s);
+static inline void dsec_spec_freep(struct dsec_spec **s)
+{
+  dsec_spec_free(*s);
+}
+#define _cleanup_spec_ _cleanup_(dsec_spec_freep)
+
+/* "fncall", "container", "microvm", "vm" (static). */
+const char *dsec_backend_name(enum dsec_backend b);
+/* Whether QEMU carries the backend out (microvm, vm). */
+static inline bool dsec_backend_is_vm(enum dsec_backend b)
+{
+  return b == DSEC_BACKEND_MICROVM || b == DSEC_BACKEND_VM;
+}
+/* Whether the spec has a read-write mount. */
+bool dsec_spec_has_rw_mount(const struct dsec_spec *s);
+
 /* Sets spec[path] = value where path is "a" or "a.b" (creating objects);
  * steals value. */
 void dsec_spec_set(json_t *spec, const char *path, json_t *value);
