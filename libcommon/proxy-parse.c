@@ -429,9 +429,10 @@ static int parse_target(const char *t, size_t n, struct dsec_http_request *r,
 {
   const char *a, *end = t + n, *p;
 
+  /* (a non-ASCII host is refused by the canonicaliser, saying why) */
   for (size_t i = 0; i < n; i++)
-    if ((unsigned char) t[i] < 0x21 || (unsigned char) t[i] > 0x7e) {
-      *why = "a request target that is not printable ASCII";
+    if ((unsigned char) t[i] < 0x21 || (unsigned char) t[i] == 0x7f) {
+      *why = "a control character in the request target";
       return -1;
     }
   if (r->connect) {

@@ -544,7 +544,9 @@ static void test_request(void)
             "a method that is no token");
   parse_bad("\r\n\r\n", "request line", "an empty request line");
   parse_bad("GET http://g\xc3\xafthub.com/ HTTP/1.1\r\nHost: a.com\r\n\r\n",
-            "printable", "a non-ASCII host in the URI");
+            "non-ASCII", "a non-ASCII host in the URI");
+  parse_bad("CONNECT g\xc3\xafthub.com:443 HTTP/1.1\r\n\r\n", "non-ASCII",
+            "a non-ASCII CONNECT host");
   parse_bad("GET http://github.com../ HTTP/1.1\r\nHost: a.com\r\n\r\n",
             "empty label", "github.com..");
   parse_bad("CONNECT a.com:99999 HTTP/1.1\r\n\r\n", "port", "a bad port");
