@@ -7,6 +7,8 @@
 
 #include <arpa/inet.h>
 #include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
 
@@ -865,6 +867,55 @@ static void test_hello(void)
   ok(w && strstr(w, "without SNI"), "sni: no extensions is refused (%s)", w);
 }
 
+/* dsec-run(1) lists the whole default deny list */
+static void test_man_lists_default_deny(void)
+{
+  const char *src = getenv("DSEC_SRCDIR");
+  char *path = NULL, *text = NULL, *w, *save = NULL;
+  size_t len = 0, n = 0;
+  const char **words = NULL;
+  FILE *f;
+  int missing = 0;
+
+  if (asprintf(&path, "%s/man/dsec-run.1", src ? src : ".") < 0 ||
+      !(f = fopen(path, "re")))
+    bail_out("cannot read %s", path ? path : "dsec-run.1");
+  if (getdelim(&text, &len, '\0', f) < 0)
+    bail_out("cannot read %s", path);
+  fclose(f);
+  /* roff: \- is a hyphen, \& nothing */
+  for (char *r = text, *o = text;; r++) {
+    if (r[0] == '\\' && (r[1] == '-' || r[1] == '&')) {
+      if (r[1] == '-')
+        *o++ = '-';
+      r++;
+      continue;
+    }
+    if (!(*o++ = *r))
+      break;
+  }
+  for (w = strtok_r(text, " \t\n(", &save); w; w = strtok_r(NULL, " \t\n(", &save)) {
+    size_t l = strlen(w);
+    if (l && (w[l - 1] == ',' || w[l - 1] == '.'))
+      w[l - 1] = '\0';
+    words = realloc(words, (n + 1) * sizeof *words);
+    words[n++] = w;
+  }
+  for (const char *const *d = dsec_proxy_default_deny; *d; d++) {
+    size_t i;
+    for (i = 0; i < n && strcmp(words[i], *d) != 0; i++)
+      ;
+    if (i == n) {
+      diag("dsec-run(1) does not list %s", *d);
+      missing++;
+    }
+  }
+  is_int(missing, 0, "dsec-run(1) lists every default deny entry");
+  free(words);
+  free(text);
+  free(path);
+}
+
 static void test_printable(void)
 {
   char out[16], big[32];
@@ -887,5 +938,6 @@ int main(void)
   test_request();
   test_hello();
   test_printable();
+  test_man_lists_default_deny();
   return done_testing();
 }
