@@ -603,6 +603,7 @@ void dsec_proxy_serve(struct dsec_proxy *p, int fd)
   if (atomic_fetch_add(&p->connections, 1) >= CONNECTIONS_MAX) {
     atomic_fetch_sub(&p->connections, 1);
     close(fd);
+    report(p, "", "", 0, false, "more than 256 connections at once", NULL);
     return;
   }
   c = xmalloc(sizeof *c);
@@ -615,6 +616,7 @@ void dsec_proxy_serve(struct dsec_proxy *p, int fd)
     atomic_fetch_sub(&p->connections, 1);
     close(fd);
     free(c);
+    report(p, "", "", 0, false, "cannot serve the connection", NULL);
   }
   pthread_attr_destroy(&attr);
 }
