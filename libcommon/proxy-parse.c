@@ -13,6 +13,24 @@
 #include <strings.h>
 #include <sys/socket.h>
 
+/* With AddressSanitizer (the fuzz targets, the replay drivers), the part
+ * of the hello's buffer past the message is made unreadable while it is
+ * parsed, so that a read past the message is caught, not just one past
+ * the buffer. */
+#if defined(__SANITIZE_ADDRESS__)
+#define DSEC_ASAN 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define DSEC_ASAN 1
+#endif
+#endif
+#ifdef DSEC_ASAN
+#include <sanitizer/asan_interface.h>
+#else
+#define ASAN_POISON_MEMORY_REGION(a, n) ((void) (a), (void) (n))
+#define ASAN_UNPOISON_MEMORY_REGION(a, n) ((void) (a), (void) (n))
+#endif
+
 /* ---- host names and literals */
 
 static bool is_digit(unsigned char c) { return c >= '0' && c <= '9'; }
@@ -759,6 +777,7 @@ int dsec_tls_hello_parse(const uint8_t *b, size_t n, struct dsec_tls_hello *h,
 {
   uint8_t hs[DSEC_PROXY_HELLO_MAX];
   size_t hs_len = 0, need = 0, off = 0;
+  int rc;
 
   memset(h, 0, sizeof *h);
   for (;;) {
@@ -820,9 +839,10 @@ int dsec_tls_hello_parse(const uint8_t *b, size_t n, struct dsec_tls_hello *h,
       break;
   }
   h->len = off;
-  if (hello_body(hs + 4, hs + need, h, why) < 0)
-    return -1;
-  return 1;
+  ASAN_POISON_MEMORY_REGION(hs + need, sizeof hs - need);
+  rc = hello_body(hs + 4, hs + need, h, why);
+  ASAN_UNPOISON_MEMORY_REGION(hs + need, sizeof hs - need);
+  return rc < 0 ? -1 : 1;
 }
 
 int dsec_tls_hello_check(const struct dsec_tls_hello *h,
