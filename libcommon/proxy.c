@@ -303,8 +303,9 @@ static json_t *raw_target(const char *buf, size_t len)
   return json_pack("{s:s}", "target", out);
 }
 
-/* Waits until fd (and u, when u >= 0) has something to read, at most ms:
- * 0 for fd, 1 for u, -1 for a timeout or an error. */
+/* Waits until fd (or u, when u >= 0) has something to read, at most until
+ * deadline_ms (dsec_now_ms's clock): 0 for fd, 1 for u, -1 for a timeout
+ * or an error. */
 static int wait_readable(int fd, int u, double deadline_ms)
 {
   for (;;) {
@@ -495,6 +496,8 @@ static void *conn_main(void *arg)
       break;
     }
     if (wait_readable(fd, -1, deadline) < 0) {
+      if (len == 0)
+        goto out; /* an idle connection asks for nothing */
       rc = -1;
       why = "no whole request head within 30 s";
       break;
