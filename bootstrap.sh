@@ -14,7 +14,7 @@ SUDO=
 
 PACKAGES="build-essential autoconf automake libtool pkg-config
   libjansson-dev libarchive-dev libzstd-dev libseccomp-dev libcap-dev
-  libcurl4-openssl-dev libssl-dev
+  libcurl4-openssl-dev libssl-dev clang libclang-rt-14-dev
   bats jq git erofs-utils busybox-static docker-registry skopeo
   zstd xz-utils python3 strace util-linux e2fsprogs iproute2
   slurmctld slurmd munge slurm-client cpio"

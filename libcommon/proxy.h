@@ -1,10 +1,13 @@
 /* The network of a sandbox in "proxy" mode: it has no route out, only an
  * HTTP/HTTPS (CONNECT) proxy on its own 127.0.0.1:3128 that the supervisor
- * serves from outside.  The proxy resolves names itself, checks host and
- * port against the spec's allow and deny lists (package registries, module
- * proxies and code hosts are denied unless named in allow), refuses
- * private and loopback addresses reached through a wildcard, checks a TLS
- * ClientHello's SNI against the CONNECT host, and reports every attempt. */
+ * serves from outside.  The proxy reads one request per connection,
+ * canonicalises the host it names (and the Host header's, and a TLS
+ * ClientHello's SNI) before any check, checks host and port against the
+ * spec's allow and deny lists (code hosts, registries, mirrors and the
+ * like are denied unless named in allow; an IP address passes only when
+ * named exactly), resolves names itself and refuses a name that resolves
+ * to a private or special-purpose address, and reports every attempt.
+ * The parsers and rules are in proxy-parse.h. */
 #ifndef DSEC_PROXY_H
 #define DSEC_PROXY_H
 
@@ -45,11 +48,13 @@ struct dsec_net_events {
 void dsec_net_events_init(struct dsec_net_events *e, struct dsec_audit *audit);
 void dsec_net_events_report(void *ud, json_t *event);
 
-/* The decision for host:port, without network traffic: NULL when the
- * lists allow it, else the reason (static).  *wildcard tells whether the
- * allowing entry was a wildcard. */
-const char *dsec_proxy_check(json_t *network, const char *host, int port,
-                             bool *wildcard);
+struct dsec_host;
+
+/* The decision for a canonical host (proxy-parse.h) and port, without
+ * network traffic: NULL when the lists allow it, else the reason
+ * (static).  *wildcard tells whether only wildcards allowed it. */
+const char *dsec_proxy_check(json_t *network, const struct dsec_host *host,
+                             int port, bool *wildcard);
 
 /* Hosts denied unless an allow entry names them (NULL-terminated). */
 extern const char *const dsec_proxy_default_deny[];

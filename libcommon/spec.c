@@ -10,6 +10,7 @@
 
 #include "audit.h"
 #include "cli.h"
+#include "proxy-parse.h"
 #include "refs.h"
 
 char *dsec_sandbox_path_clean(const char *p)
@@ -259,6 +260,20 @@ static int check_network(json_t *spec, struct dsec_error **err)
   if (want_string_array(n, "allow", false, err) < 0 ||
       want_string_array(n, "deny", false, err) < 0)
     return dsec_error_wrap(err, "network");
+  for (int k = 0; k < 2; k++) {
+    const char *key = k ? "deny" : "allow";
+    json_t *v;
+    size_t i;
+    /* an entry the proxy cannot read would match nothing: a deny entry
+     * that silently denies nothing is worse than a refused spec */
+    json_array_foreach(json_object_get(n, key), i, v)
+    {
+      struct dsec_proxy_entry e;
+      const char *why;
+      if (dsec_proxy_entry_parse(json_string_value(v), &e, &why) < 0)
+        return dsec_bad_input(err, "spec: `network.%s[%zu]`: %s", key, i, why);
+    }
+  }
   if (strcmp(mode, "none") == 0 && json_array_size(json_object_get(n, "allow")))
     return dsec_bad_input(err, "spec: `network.allow` needs mode \"proxy\"");
   return 0;
