@@ -149,7 +149,43 @@ int dsec_layer_create(struct dsec_store *s,
   if (gc < 0)
     return -1;
 
-  if (o->tar) {
+  if (o->tar && (o->policy.strip_setuid || o->policy.strip_overlay)) {
+    /* what the policy strips cannot stay in the blob: the stream is
+     * written anew (zstd), then imported as any tarball is, and the
+     * strict checks must find nothing left to strip */
+    _cleanup_close_ int fd = strcmp(o->tar, "-") == 0
+                               ? dup(STDIN_FILENO)
+                               : open(o->tar, O_RDONLY | O_CLOEXEC);
+    struct dsec_blob_writer *w = NULL;
+    struct dsec_tar_stats st;
+    struct dsec_tar_policy strict = o->policy;
+    const struct dsec_layer_expect x = { NULL, -1, NULL,
+                                         DSEC_MT_OCI_LAYER "+zstd" };
+
+    if (fd < 0)
+      return dsec_error_set(err, errno == ENOENT ? DSEC_EXIT_INPUT
+                                                 : DSEC_EXIT_FAILURE,
+                            errno, "cannot open %s", o->tar);
+    strict.strip_setuid = strict.strip_overlay = false;
+    ret = dsec_blob_writer_open(s, &w, err);
+    if (ret == 0) {
+      ret = dsec_tar_rewrite(fd, &o->policy, writer_write, w, true, &st, err);
+      if (ret < 0)
+        dsec_blob_writer_abort(w);
+      else
+        ret = dsec_layer_import_writer(s, w, &x, &strict, &meta, &cached, err);
+    }
+    if (ret < 0)
+      return dsec_error_wrap(err, "%s", o->tar);
+    json_object_set_new(meta, "stripped_setuid",
+                        json_integer((json_int_t) st.stripped_setuid));
+    json_object_set_new(meta, "stripped_setgid",
+                        json_integer((json_int_t) st.stripped_setgid));
+    json_object_set_new(meta, "stripped_capabilities",
+                        json_integer((json_int_t) st.stripped_capabilities));
+    json_object_set_new(meta, "stripped_overlay_xattrs",
+                        json_integer((json_int_t) st.stripped_overlay_xattrs));
+  } else if (o->tar) {
     _cleanup_close_ int fd = strcmp(o->tar, "-") == 0
                                ? dup(STDIN_FILENO)
                                : open(o->tar, O_RDONLY | O_CLOEXEC);
@@ -170,6 +206,7 @@ int dsec_layer_create(struct dsec_store *s,
       { NULL, ".git", NULL, NULL, false, 0 },
     };
     size_t nsrc = 1;
+    struct dsec_tar_create_stats cs;
     struct stat st;
 
     if (stat(o->dir, &st) < 0 || !S_ISDIR(st.st_mode))
@@ -186,7 +223,7 @@ int dsec_layer_create(struct dsec_store *s,
     }
     ret = dsec_blob_writer_open(s, &w, err);
     if (ret == 0) {
-      ret = dsec_tar_create(src, nsrc, writer_write, w, true, err);
+      ret = dsec_tar_create(src, nsrc, writer_write, w, true, &cs, err);
       if (ret < 0)
         dsec_blob_writer_abort(w);
       else
@@ -201,6 +238,9 @@ int dsec_layer_create(struct dsec_store *s,
     rm_tree_abs(gitrepo);
     if (ret < 0)
       return dsec_error_wrap(err, "%s", o->dir);
+    if (o->overlay_upper)
+      json_object_set_new(meta, "skipped_whiteout_names",
+                          json_integer((json_int_t) cs.skipped_whiteout_names));
   }
 
   if (name) {
