@@ -374,7 +374,9 @@ static bool overlay_xattr(const char *name)
          dsec_str_has_prefix(name, "user.overlay.");
 }
 
-/* Removes the xattrs for which drop(name) holds; returns how many. */
+/* Removes the xattrs for which drop(name) holds; returns how many names
+ * went (a pax header may give one twice, as SCHILY.xattr and as
+ * LIBARCHIVE.xattr: counted once). */
 static uint64_t remove_xattrs(struct archive_entry *e,
                               bool (*drop)(const char *name))
 {
@@ -382,12 +384,14 @@ static uint64_t remove_xattrs(struct archive_entry *e,
   const void *value;
   size_t size;
   struct archive_entry *keep = NULL;
-  uint64_t n = 0;
+  _cleanup_json_ json_t *names = json_object();
+  uint64_t n;
 
   archive_entry_xattr_reset(e);
   while (archive_entry_xattr_next(e, &name, &value, &size) == ARCHIVE_OK)
     if (drop(name))
-      n++;
+      json_object_set_new(names, name, json_true());
+  n = json_object_size(names);
   if (n == 0)
     return 0;
   keep = archive_entry_new();
