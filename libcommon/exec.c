@@ -359,6 +359,13 @@ static int traj_checkpoint(struct dsec_traj *t, const char *digest,
   return ret;
 }
 
+/* dsec-layer names its input "-": the stream needs no name. */
+static void strip_stdin_name(struct dsec_error *e)
+{
+  if (e && e->status == DSEC_EXIT_INPUT && strncmp(e->msg, "-: ", 3) == 0)
+    memmove(e->msg, e->msg + 3, strlen(e->msg + 3) + 1);
+}
+
 json_t *dsec_checkpoint_import(const struct dsec_checkpoint_opts *o,
                                dsec_checkpoint_producer produce, void *ud,
                                json_t **stats, struct dsec_error **err)
@@ -420,7 +427,11 @@ json_t *dsec_checkpoint_import(const struct dsec_checkpoint_opts *o,
   ret = produce(ud, in[1], &counts, err);
   if (ret < 0) {
     struct dsec_error *mine = NULL;
-    bool gave_up = dsec_program_exited(&layer);
+    /* a broken pipe: the import is going (it closes its input only by
+     * ending), and says why; else it may be waiting for more, and must
+     * not see the end of a cut stream */
+    bool gave_up = (*err && (*err)->errnum == EPIPE) ||
+                   dsec_program_exited(&layer);
     if (!gave_up)
       dsec_program_kill(&layer);
     close(in[1]);
@@ -429,6 +440,7 @@ json_t *dsec_checkpoint_import(const struct dsec_checkpoint_opts *o,
     if (gave_up && dsec_program_finish(&layer, NULL, &mine) < 0) {
       dsec_error_free(*err);
       *err = mine;
+      strip_stdin_name(mine);
     } else {
       if (!gave_up)
         dsec_program_finish(&layer, NULL, &mine);
@@ -437,8 +449,10 @@ json_t *dsec_checkpoint_import(const struct dsec_checkpoint_opts *o,
     goto fail;
   }
   close(in[1]);
-  if (dsec_program_finish(&layer, &out, err) < 0)
+  if (dsec_program_finish(&layer, &out, err) < 0) {
+    strip_stdin_name(*err);
     goto fail;
+  }
   free(args);
   json_decref(argv);
   rec = json_loads(out, 0, NULL);
