@@ -414,6 +414,8 @@ json_t *dsec_checkpoint_import(const struct dsec_checkpoint_opts *o,
     dsec_fail(err, errno, "pipe");
     goto fail;
   }
+  /* fewer turns between the producer and the import */
+  fcntl(in[1], F_SETPIPE_SZ, 1 << 20);
   layer.status_passthrough = true;
   ret = dsec_program_start(args, NULL, in[0], true, &layer, err);
   close(in[0]);

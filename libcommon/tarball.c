@@ -87,7 +87,8 @@ static la_ssize_t src_read(struct archive *a, void *ud, const void **out)
       return -1;
     }
   }
-  dsec_sha256_update(s->hash, s->buf, (size_t) r);
+  if (s->hash)
+    dsec_sha256_update(s->hash, s->buf, (size_t) r);
   s->n += (uint64_t) r;
   *out = s->buf;
   return r;
@@ -186,7 +187,8 @@ static la_ssize_t mid_read(struct archive *a, void *ud, const void **out)
     archive_set_error(a, EFBIG, "uncompressed stream exceeds the limit");
     return -1;
   }
-  dsec_sha256_update(m->hash, m->buf, (size_t) r);
+  if (m->hash)
+    dsec_sha256_update(m->hash, m->buf, (size_t) r);
   *out = m->buf;
   return r;
 }
@@ -647,8 +649,10 @@ static void pipeline_close(struct pipeline *pl)
   memset(pl, 0, sizeof *pl);
 }
 
+/* hashed: the digests of what is read are wanted (not by a rewrite,
+ * whose output is what gets stored, and hashed) */
 static int pipeline_open(struct pipeline *pl, int fd,
-                         const struct dsec_tar_policy *p,
+                         const struct dsec_tar_policy *p, bool hashed,
                          struct dsec_tar_stats *st, struct dsec_error **err)
 {
   const char *unsupported;
@@ -657,9 +661,9 @@ static int pipeline_open(struct pipeline *pl, int fd,
 
   memset(pl, 0, sizeof *pl);
   pl->src.fd = fd;
-  pl->src.hash = dsec_sha256_new();
+  pl->src.hash = hashed ? dsec_sha256_new() : NULL;
   pl->src.buf = xmalloc(CHUNK);
-  pl->mid.hash = dsec_sha256_new();
+  pl->mid.hash = hashed ? dsec_sha256_new() : NULL;
   pl->mid.buf = xmalloc(CHUNK);
   pl->mid.max = p->max_size ? p->max_size : DSEC_DEFAULT_MAX_SIZE;
 
@@ -756,12 +760,15 @@ static int pipeline_drain(struct pipeline *pl, struct dsec_tar_stats *st,
     }
     if (r == 0)
       break;
-    dsec_sha256_update(pl->src.hash, pl->src.buf, (size_t) r);
+    if (pl->src.hash)
+      dsec_sha256_update(pl->src.hash, pl->src.buf, (size_t) r);
     pl->src.n += (uint64_t) r;
   }
-  dsec_sha256_final(pl->src.hash, st->digest);
+  if (pl->src.hash)
+    dsec_sha256_final(pl->src.hash, st->digest);
   pl->src.hash = NULL;
-  dsec_sha256_final(pl->mid.hash, st->diff_id);
+  if (pl->mid.hash)
+    dsec_sha256_final(pl->mid.hash, st->diff_id);
   pl->mid.hash = NULL;
   st->size = pl->src.n;
   st->uncompressed_size = pl->mid.n;
@@ -848,7 +855,7 @@ static int run_pipeline(int fd, const struct dsec_tar_policy *p,
     w.protect = xrealloc(w.protect, sizeof *w.protect * (w.nprotect + 1));
     w.protect[w.nprotect++] = c;
   }
-  ret = pipeline_open(&pl, fd, p, st, err);
+  ret = pipeline_open(&pl, fd, p, tw == NULL, st, err);
   w.max = pl.mid.max;
   if (ret < 0)
     goto out;

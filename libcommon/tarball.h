@@ -62,7 +62,8 @@ int dsec_tar_scan(int fd, const struct dsec_tar_policy *p,
  * and change times left out, and what the strip_* policies say removed
  * (counted in st).  The sizes of the members (sparse files' holes
  * included) are bounded by the policy's max_size as well.  st describes
- * the input stream. */
+ * the input stream, without its digests (what is stored, and hashed, is
+ * the output). */
 int dsec_tar_rewrite(int fd, const struct dsec_tar_policy *p,
                      dsec_write_fn out, void *ud, bool zstd,
                      struct dsec_tar_stats *st, struct dsec_error **err);
