@@ -756,7 +756,7 @@ static void reap(void)
  * xattrs are left out, and so is a name that starts with ".wh." (the
  * guest chose it: it would be a whiteout wherever the layer is used). */
 
-#define CK_CHUNK (256u << 10)
+#define CK_CHUNK (1u << 20)
 #define CK_XATTR_LIST 65536  /* XATTR_LIST_MAX */
 #define CK_XATTR_VALUE 65536 /* XATTR_SIZE_MAX */
 #define CK_LINK_BUCKETS 4096
@@ -1060,7 +1060,6 @@ static bool ck_one(struct ck *c, int dfd, const char *rel, const char *name)
   switch (st.st_mode & S_IFMT) {
   case S_IFREG: {
     struct ck_link **l = st.st_nlink > 1 ? ck_link_slot(c, &st) : NULL;
-    char buf[65536];
     uint64_t left = (uint64_t) st.st_size;
     if (l && *l) {
       ck_entry(c, path, '1', &st, 0, (*l)->path);
@@ -1078,9 +1077,12 @@ static bool ck_one(struct ck *c, int dfd, const char *rel, const char *name)
     }
     ck_entry(c, path, '0', &st, (uint64_t) st.st_size, NULL);
     /* exactly the size in the header: a file that shrank (it cannot,
-     * frozen) is padded, one that grew is cut */
+     * frozen) is padded, one that grew is cut.  Read straight into the
+     * chunk: every copy counts in an emulated guest. */
     while (left > 0) {
-      ssize_t n = read(fd, buf, left < sizeof buf ? (size_t) left : sizeof buf);
+      size_t room = CK_CHUNK - c->len;
+      size_t want = left < room ? (size_t) left : room;
+      ssize_t n = read(fd, c->buf + c->len, want);
       if (n < 0 && errno == EINTR)
         continue;
       if (n < 0) {
@@ -1088,11 +1090,14 @@ static bool ck_one(struct ck *c, int dfd, const char *rel, const char *name)
         break;
       }
       if (n == 0) {
-        memset(buf, 0, sizeof buf);
-        n = (ssize_t) (left < sizeof buf ? left : sizeof buf);
+        memset(c->buf + c->len, 0, want);
+        n = (ssize_t) want;
       }
-      ck_put(c, buf, (size_t) n);
+      c->len += (size_t) n;
+      c->bytes += (uint64_t) n;
       left -= (uint64_t) n;
+      if (c->len == CK_CHUNK)
+        ck_flush(c);
     }
     ck_pad(c, (uint64_t) st.st_size);
     break;
