@@ -7,10 +7,12 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <ftw.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/random.h>
 #include <sys/stat.h>
+#include <sys/xattr.h>
 #include <unistd.h>
 #include <zstd.h>
 
@@ -351,6 +353,43 @@ static int make_erofs(struct dsec_store *s, int dfd, const char *digest,
   return dsec_commit_tmp_at(dfd, fd, tmpname, "layer.erofs", err);
 }
 
+/* A directory layer made by this version carries both opaque markers
+ * (trusted.overlay.opaque and user.overlay.opaque); this file beside
+ * rootfs/ says so.  Containers mount their overlays with userxattr, which
+ * reads only the second. */
+#define ROOTFS_MARKERS "rootfs.opaque-user"
+
+static int add_user_opaque(const char *path, const struct stat *st, int flag,
+                           struct FTW *ftw)
+{
+  char v[4];
+  (void) st;
+  (void) ftw;
+  if (flag == FTW_D && lgetxattr(path, "trusted.overlay.opaque", v, sizeof v) > 0 &&
+      v[0] == 'y' && lsetxattr(path, "user.overlay.opaque", "y", 1, 0) < 0)
+    return -1;
+  return 0;
+}
+
+/* A rootfs/ extracted by an earlier version has its opaque directories
+ * marked in trusted.* only: the user.* marker is added (once, under the
+ * layer's lock), or an overlay with userxattr would show the lower
+ * layers' entries through them. */
+static int upgrade_markers(int dfd, const char *rootfs, struct dsec_error **err)
+{
+  _cleanup_close_ int fd = -1;
+  if (faccessat(dfd, ROOTFS_MARKERS, F_OK, AT_SYMLINK_NOFOLLOW) == 0)
+    return 0;
+  if (geteuid() == 0 &&
+      nftw(rootfs, add_user_opaque, 64, FTW_PHYS | FTW_MOUNT) != 0)
+    return dsec_fail(err, errno, "cannot mark the opaque directories of %s",
+                     rootfs);
+  fd = openat(dfd, ROOTFS_MARKERS, O_WRONLY | O_CREAT | O_CLOEXEC, 0644);
+  if (fd < 0)
+    return dsec_fail(err, errno, "cannot create %s", ROOTFS_MARKERS);
+  return dsec_fsync_dir(dfd, err);
+}
+
 int dsec_layer_materialise(struct dsec_store *s, const char *digest,
                            enum dsec_layer_format fmt, char **path, bool *made,
                            struct dsec_error **err)
@@ -368,14 +407,23 @@ int dsec_layer_materialise(struct dsec_store *s, const char *digest,
     return -1;
   *made = false;
   /* fast path: made before, no lock needed (it appears only complete) */
-  if (fstatat(dfd, final, &st, AT_SYMLINK_NOFOLLOW) == 0)
+  if (fstatat(dfd, final, &st, AT_SYMLINK_NOFOLLOW) == 0 &&
+      (fmt != DSEC_FORMAT_DIR ||
+       faccessat(dfd, ROOTFS_MARKERS, F_OK, AT_SYMLINK_NOFOLLOW) == 0))
     goto done;
 
   lock = dsec_store_lock(s, "layer", digest, err);
   if (lock < 0)
     return -1;
-  if (fstatat(dfd, final, &st, AT_SYMLINK_NOFOLLOW) == 0)
+  if (fstatat(dfd, final, &st, AT_SYMLINK_NOFOLLOW) == 0) {
+    if (fmt == DSEC_FORMAT_DIR) {
+      _cleanup_free_ char *rootfs = xasprintf("%s/layers/%s/rootfs", s->path,
+                                              dsec_digest_hex(digest));
+      if (upgrade_markers(dfd, rootfs, err) < 0)
+        return -1;
+    }
     goto done;
+  }
   /* leftovers of a crashed materialisation: we hold the lock */
   clean_stale(dfd, fmt == DSEC_FORMAT_EROFS ? "layer.erofs.tmp-"
                                             : "rootfs.tmp-");
@@ -388,6 +436,14 @@ int dsec_layer_materialise(struct dsec_store *s, const char *digest,
       int e = errno;
       dsec_rm_rf_at(dfd, tmp, NULL);
       return dsec_fail(err, e, "cannot move layer %s into place", digest);
+    }
+    {
+      /* extracted with both markers (tarball.c) */
+      int m = openat(dfd, ROOTFS_MARKERS, O_WRONLY | O_CREAT | O_CLOEXEC,
+                     0644);
+      if (m < 0)
+        return dsec_fail(err, errno, "cannot create %s", ROOTFS_MARKERS);
+      close(m);
     }
     if (dsec_fsync_dir(dfd, err) < 0)
       return -1;
