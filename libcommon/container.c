@@ -1546,6 +1546,12 @@ static bool sup_freeze(struct sup *s, bool frozen)
   return true;
 }
 
+static int fd_write(void *ud, const void *buf, size_t len,
+                    struct dsec_error **err)
+{
+  return dsec_write_all(*(int *) ud, buf, len, err);
+}
+
 /* The checkpoint's producer: a helper forked from the supervisor that
  * writes the upper directory as a tar stream from the sandbox's own
  * privilege domain.  It opens the directory (no symlink followed), joins
@@ -1554,12 +1560,6 @@ static bool sup_freeze(struct sup *s, bool frozen)
  * that read files.  It is not in the sandbox's PID namespace: nothing in
  * the sandbox can see or signal it.  One JSON line on res says how it
  * went. */
-static int fd_write(void *ud, const void *buf, size_t len,
-                    struct dsec_error **err)
-{
-  return dsec_write_all(*(int *) ud, buf, len, err);
-}
-
 static _Noreturn void upper_stream_child(const char *upper, pid_t init,
                                          bool rootless, int out, int res)
 {
@@ -1634,6 +1634,16 @@ static _Noreturn void upper_stream_child(const char *upper, pid_t init,
     if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0 ||
         syscall(SYS_capset, &h, d) < 0) {
       dsec_fail(&err, errno, "cannot drop privileges");
+      goto done;
+    }
+    /* and it took */
+    if (prctl(PR_CAPBSET_READ, CAP_SYS_ADMIN, 0, 0, 0) != 0 ||
+        prctl(PR_CAPBSET_READ, CAP_SYS_CHROOT, 0, 0, 0) != 0 ||
+        syscall(SYS_capget, &h, d) < 0 ||
+        d[0].effective != ((1u << CAP_DAC_OVERRIDE) |
+                           (1u << CAP_DAC_READ_SEARCH)) ||
+        d[1].effective != 0) {
+      dsec_fail(&err, EPERM, "cannot drop privileges");
       goto done;
     }
   }

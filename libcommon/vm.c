@@ -1587,6 +1587,7 @@ struct guest_producer {
   json_int_t id;
   uint64_t max;
   bool frozen; /* the agent says it stopped the processes and froze */
+  bool ended;  /* its checkpoint_end came */
 };
 
 /* Whether QEMU ended, without collecting it (SIGCHLD's handler will). */
@@ -1633,6 +1634,7 @@ static int guest_produce(void *ud, int fd, json_t **stats,
       } else if (ours && strcmp(op, "checkpoint_end") == 0) {
         const char *why = json_string_value(json_object_get(m, "error"));
         json_t *k = json_object_get(m, "skipped_whiteout_names");
+        g->ended = true;
         if (why)
           ret = dsec_fail(err, 0, "the guest could not write its layer: %s",
                           why);
@@ -1680,7 +1682,8 @@ static json_t *vm_checkpoint(struct vm *v, const char *name)
   _cleanup_json_ json_t *stats = NULL;
   json_int_t mb = json_integer_value(json_object_get(
     json_object_get(v->spec, "resources"), "disk_mb"));
-  struct guest_producer g = { v, (json_int_t) ++v->next_xid, 0, false };
+  struct guest_producer g = { v, (json_int_t) ++v->next_xid, 0, false,
+                              false };
   struct dsec_checkpoint_opts co = { name, json_object_get(v->spec, "protect"),
                                      0 };
   json_t *r;
@@ -1693,8 +1696,13 @@ static json_t *vm_checkpoint(struct vm *v, const char *name)
   g.max = ((uint64_t) (mb > 0 ? mb : 2048) << 21) + (16u << 20);
   co.max_size = g.max;
   layer = dsec_checkpoint_import(&co, guest_produce, &g, &stats, &err);
-  if (!layer)
+  if (!layer) {
+    /* the agent need not send (and keep the guest stopped for) the rest */
+    if (!g.ended)
+      agent_send(v, json_pack("{s:s, s:I}", "op", "checkpoint_abort", "id",
+                              g.id), NULL, 0);
     return dsec_ctl_op_error(err);
+  }
   r = dsec_checkpoint_record(&v->traj, v->events_fd, v->id, v->state, layer,
                              stats, g.frozen, &err);
   if (!r)

@@ -23,6 +23,8 @@
  *   guest: {"op":"checkpoint_data","id":N,"data_len":n} + n bytes, ...
  *          {"op":"checkpoint_end","id":N,"frozen":b,"entries":..,
  *           "bytes":..,"skipped_whiteout_names":..,"error":..}
+ *   host:  {"op":"checkpoint_abort","id":N} (it refused the stream: the
+ *          agent stops at the next piece)
  *
  * Static, on jansson only: the guest has nothing else. */
 #define _GNU_SOURCE
@@ -73,7 +75,7 @@
 extern char **environ;
 
 static int port = -1;
-static int rwfd = -1; /* the writable disk's root, for freeze and thaw */
+static int rwfd = -1; /* the writable disk's root, frozen for a checkpoint */
 /* the overlay's upper directory, opened before any command ran: a guest
  * root that renames it or puts a symlink in its place later changes
  * nothing of what a checkpoint reads */
@@ -746,6 +748,10 @@ static void reap(void)
   }
 }
 
+/* what the host sent, not yet handled */
+static char *inbuf;
+static size_t inlen, incap;
+
 /* ---- checkpoint: the upper directory as a tar stream (pax).  A writer
  * of our own, bounds-checked: libarchive does not link statically here
  * (no static libacl or liblz4, and its libxml2 drags ICU in), and the host
@@ -770,6 +776,7 @@ struct ck_link {
 
 struct ck {
   json_int_t id;
+  char abort_msg[96]; /* the host's checkpoint_abort for this id */
   unsigned char *buf; /* what goes out next, CK_CHUNK at most */
   size_t len;
   uint64_t bytes, entries, skipped;
@@ -778,7 +785,10 @@ struct ck {
   char *pax; /* the extended header being built */
   size_t paxlen, paxcap;
   char err[512];
+  bool aborted;
 };
+
+static bool port_read(void);
 
 static void ck_flush(struct ck *c)
 {
@@ -788,6 +798,13 @@ static void ck_flush(struct ck *c)
                      "data_len", (json_int_t) c->len),
            (const char *) c->buf, c->len, NULL, 0);
   c->len = 0;
+  /* the host may have given up (it refused a member): it says so, and
+   * the guest need not stay stopped for the rest */
+  port_read();
+  if (!c->err[0] && memmem(inbuf, inlen, c->abort_msg, strlen(c->abort_msg))) {
+    snprintf(c->err, sizeof c->err, "the host gave up");
+    c->aborted = true;
+  }
 }
 
 static void ck_put(struct ck *c, const void *p, size_t n)
@@ -1079,7 +1096,7 @@ static bool ck_one(struct ck *c, int dfd, const char *rel, const char *name)
     /* exactly the size in the header: a file that shrank (it cannot,
      * frozen) is padded, one that grew is cut.  Read straight into the
      * chunk: every copy counts in an emulated guest. */
-    while (left > 0) {
+    while (left > 0 && !c->aborted) {
       size_t room = CK_CHUNK - c->len;
       size_t want = left < room ? (size_t) left : room;
       ssize_t n = read(fd, c->buf + c->len, want);
@@ -1172,10 +1189,12 @@ static bool ck_tree(struct ck *c, int dfd, const char *rel)
   if (!names)
     return ck_fail(c, "cannot read the directory", *rel ? rel : "/");
   for (size_t i = 0; i < n; i++) {
-    if (ok)
+    if (ok && !c->aborted)
       ok = ck_one(c, dfd, rel, names[i]);
     free(names[i]);
   }
+  if (c->aborted)
+    ok = false;
   free(names);
   return ok;
 }
@@ -1187,6 +1206,8 @@ static void checkpoint(json_t *id)
   bool frozen = false, ok;
   json_t *m;
 
+  snprintf(c.abort_msg, sizeof c.abort_msg,
+           "{\"op\":\"checkpoint_abort\",\"id\":%lld}", (long long) c.id);
   c.buf = malloc(CK_CHUNK);
   c.xlist = malloc(CK_XATTR_LIST);
   c.xval = malloc(CK_XATTR_VALUE);
@@ -1232,9 +1253,6 @@ static void checkpoint(json_t *id)
 
 /* ---- requests */
 
-static char *inbuf;
-static size_t inlen, incap;
-
 static void handle(json_t *req, const char *payload, size_t plen)
 {
   const char *op = json_string_value(json_object_get(req, "op"));
@@ -1255,18 +1273,6 @@ static void handle(json_t *req, const char *payload, size_t plen)
     sync();
     send_msg(json_pack("{s:s, s:O}", "op", "synced", "id", id ? id : json_null()),
              NULL, 0, NULL, 0);
-  } else if (strcmp(op, "freeze") == 0 || strcmp(op, "thaw") == 0) {
-    /* a frozen ext4 has its journal flushed and is clean on disk: the host
-     * can read the disk image while the guest waits */
-    bool freeze = strcmp(op, "freeze") == 0;
-    json_t *m = json_pack("{s:s, s:O}", "op", freeze ? "frozen" : "thawed",
-                          "id", id ? id : json_null());
-    if (freeze)
-      sync();
-    if (ioctl(rwfd, freeze ? FIFREEZE : FITHAW, 0) < 0 &&
-        !(freeze ? 0 : errno == EINVAL))
-      json_object_set_new(m, "error", json_string(strerror(errno)));
-    send_msg(m, NULL, 0, NULL, 0);
   } else if (strcmp(op, "checkpoint") == 0) {
     checkpoint(id ? id : json_null());
   } else if (strcmp(op, "reseed") == 0) {
