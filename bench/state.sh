@@ -5,6 +5,11 @@
 # against one dsec-run process per exec.  Prints one table with p50/p99.
 #
 #   sudo bench/state.sh          (BENCH_N=10 repetitions by default)
+#
+# With BENCH_OLD=DIR (a build tree of another commit), checkpoint and fork
+# of a small and of a 100 MiB writable layer are measured first with both
+# builds, turn by turn in one loop (each with a store of its own), with
+# the ratios this build / BENCH_OLD; BENCH_ONLY_COMPARE=1 stops there.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 [ "$(id -u)" -eq 0 ] || { echo "bench/state.sh: needs root" >&2; exit 1; }
@@ -16,11 +21,25 @@ export DSEC_ROOT="$work/root" DSEC_RUN="$work/run" DSEC_STORE="$work/root/store"
 pool_pid=
 cleanup() {
   [ -z "$pool_pid" ] || { kill -TERM "$pool_pid" 2>/dev/null; wait "$pool_pid" 2>/dev/null || true; }
-  local ids
+  local ids impl
   ids=$(dsec-run ps --all 2>/dev/null | jq -r .id || true)
   # shellcheck disable=SC2086
   [ -z "$ids" ] || dsec-run rm --force $ids >/dev/null 2>&1 || true
+  for impl in new old; do
+    [ -d "$work/root-$impl" ] || continue
+    ids=$(as "$impl" dsec-run ps --all 2>/dev/null | jq -r .id || true)
+    # shellcheck disable=SC2086
+    [ -z "$ids" ] || as "$impl" dsec-run rm --force $ids >/dev/null 2>&1 || true
+  done
   rm -rf "$work"
+}
+# as new|old CMD...: CMD with that build's programs and a store of its own
+as() {
+  local impl=$1 bin=$BIN
+  shift
+  [ "$impl" = new ] || bin=$BENCH_OLD
+  PATH="$bin:$PATH" DSEC_ROOT="$work/root-$impl" DSEC_RUN="$work/run-$impl" \
+    DSEC_STORE="$work/root-$impl/store" "$@"
 }
 trap cleanup EXIT INT TERM
 
@@ -29,6 +48,49 @@ dsec-pull --name busybox:bench "tar:$work/bb.tar.gz" >/dev/null
 dsec-layer materialise busybox:bench >/dev/null
 
 . bench/lib.sh
+
+# checkpoint and fork: this build against BENCH_OLD, turn by turn
+if [ -n "${BENCH_OLD:-}" ]; then
+  [ -x "$BENCH_OLD/dsec-run" ] || { echo "bench/state.sh: no dsec-run in $BENCH_OLD" >&2; exit 1; }
+  for impl in new old; do
+    as "$impl" dsec-pull --name busybox:bench "tar:$work/bb.tar.gz" >/dev/null
+    as "$impl" dsec-layer materialise busybox:bench >/dev/null
+  done
+  for mb in 0 100; do
+    declare -A cks=() fks=()
+    for i in $(seq "$N"); do
+      for impl in new old; do
+        id=$(as "$impl" dsec-run create --image busybox:bench | jq -r .id)
+        if [ "$mb" -eq 0 ]; then
+          as "$impl" dsec-run exec "$id" -- sh -c 'mkdir -p /work && echo hi >/work/small && rm /bin/vi' >/dev/null
+        else
+          as "$impl" dsec-run exec "$id" -- dd if=/dev/urandom of=/work/blob bs=1M count="$mb" >/dev/null 2>&1
+        fi
+        t=$(date +%s%N); as "$impl" dsec-run checkpoint "$id" >/dev/null; cks[$impl]+="$(us "$t") "
+        t=$(date +%s%N); as "$impl" dsec-run fork "$id" >"$work/fork.out"; fks[$impl]+="$(us "$t") "
+        # shellcheck disable=SC2046
+        as "$impl" dsec-run rm "$id" $(jq -r .id "$work/fork.out") >/dev/null
+      done
+    done
+    what=$([ "$mb" -eq 0 ] && echo "small layer" || echo "${mb} MiB layer")
+    # shellcheck disable=SC2086
+    { stat "checkpoint, $what: this build" ${cks[new]}; a50=$P50 a99=$P99
+      stat "checkpoint, $what: BENCH_OLD" ${cks[old]}; b50=$P50 b99=$P99; }
+    ratio_row "  ratio this / BENCH_OLD (p50, p99)" "$a50" "$a99" "$b50" "$b99"
+    # shellcheck disable=SC2086
+    { stat "fork, $what: this build" ${fks[new]}; a50=$P50 a99=$P99
+      stat "fork, $what: BENCH_OLD" ${fks[old]}; b50=$P50 b99=$P99; }
+    ratio_row "  ratio this / BENCH_OLD (p50, p99)" "$a50" "$a99" "$b50" "$b99"
+    unset cks fks
+  done
+  if [ "${BENCH_ONLY_COMPARE:-0}" = 1 ]; then
+    echo
+    echo "dsec rollout state: N=$N, $(nproc) cores, $(uname -r), BENCH_OLD=$BENCH_OLD ($(git -C "$BENCH_OLD" rev-parse --short HEAD 2>/dev/null || echo ?)), $(date -u +%FT%TZ)"
+    printf '%-40s %10s %10s\n' case "p50 ms" "p99 ms"
+    printf '%s\n' "${rows[@]}"
+    exit 0
+  fi
+fi
 
 # checkpoint and resume (--release, then resume) against the layer's size
 for mb in 0 16 64; do

@@ -18,6 +18,11 @@
 # figure is that of an emulated CPU.
 #
 #   sudo bench/vm.sh                 (BENCH_N=5 repetitions, BENCH_VMS=8)
+#
+# With BENCH_OLD=DIR (a build tree of another commit), a microvm's
+# checkpoint of a small and of a 100 MiB writable layer is measured first
+# with both builds, turn by turn (each with a store of its own), with the
+# ratios this build / BENCH_OLD; BENCH_ONLY_COMPARE=1 stops there.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 [ "$(id -u)" -eq 0 ] || { echo "bench/vm.sh: needs root" >&2; exit 1; }
@@ -28,11 +33,25 @@ export PATH="$BIN:$PATH"
 work=$(mktemp -d /tmp/dsec-bench-vm.XXXXXX)
 export DSEC_ROOT="$work/root" DSEC_RUN="$work/run" DSEC_STORE="$work/root/store"
 cleanup() {
-  local ids
+  local ids impl
   ids=$(dsec-vm ps --all 2>/dev/null | jq -r .id || true)
   # shellcheck disable=SC2086
   [ -z "$ids" ] || dsec-vm rm --force $ids >/dev/null 2>&1 || true
+  for impl in new old; do
+    [ -d "$work/root-$impl" ] || continue
+    ids=$(as "$impl" dsec-vm ps --all 2>/dev/null | jq -r .id || true)
+    # shellcheck disable=SC2086
+    [ -z "$ids" ] || as "$impl" dsec-vm rm --force $ids >/dev/null 2>&1 || true
+  done
   rm -rf "$work"
+}
+# as new|old CMD...: CMD with that build's programs and a store of its own
+as() {
+  local impl=$1 bin=$BIN
+  shift
+  [ "$impl" = new ] || bin=$BENCH_OLD
+  PATH="$bin:$PATH" DSEC_ROOT="$work/root-$impl" DSEC_RUN="$work/run-$impl" \
+    DSEC_STORE="$work/root-$impl/store" "$@"
 }
 trap cleanup EXIT INT TERM
 
@@ -42,6 +61,45 @@ dsec-layer materialise --format erofs busybox:bench >/dev/null
 
 . bench/lib.sh
 ratio() { bc -l <<<"$1/$2" | xargs printf '%.2fx'; }
+
+# --- checkpoint: this build against BENCH_OLD, turn by turn ---------------
+if [ -n "${BENCH_OLD:-}" ]; then
+  [ -x "$BENCH_OLD/dsec-vm" ] || { echo "bench/vm.sh: no dsec-vm in $BENCH_OLD" >&2; exit 1; }
+  for impl in new old; do
+    as "$impl" dsec-pull --name busybox:bench "tar:$work/bb.tar.gz" >/dev/null
+    # the first create builds the boot artefacts: not timed
+    id=$(as "$impl" dsec-vm create --image busybox:bench | jq -r .id)
+    as "$impl" dsec-vm rm "$id" >/dev/null
+  done
+  for mb in 0 100; do
+    declare -A cks=()
+    for i in $(seq "$N"); do
+      for impl in new old; do
+        id=$(as "$impl" dsec-vm create --image busybox:bench | jq -r .id)
+        if [ "$mb" -eq 0 ]; then
+          as "$impl" dsec-vm exec "$id" -- sh -c 'mkdir -p /work && echo hi >/work/small && rm /bin/vi' >/dev/null
+        else
+          as "$impl" dsec-vm exec --timeout 600 "$id" -- dd if=/dev/urandom of=/work/blob bs=1M count="$mb" >/dev/null 2>&1
+        fi
+        t=$(date +%s%N); as "$impl" dsec-vm checkpoint "$id" >/dev/null; cks[$impl]+="$(us "$t") "
+        as "$impl" dsec-vm rm "$id" >/dev/null
+      done
+    done
+    what=$([ "$mb" -eq 0 ] && echo "small layer" || echo "${mb} MiB layer")
+    # shellcheck disable=SC2086
+    { stat "microvm checkpoint, $what: this build" ${cks[new]}; a50=$P50 a99=$P99
+      stat "microvm checkpoint, $what: BENCH_OLD" ${cks[old]}; b50=$P50 b99=$P99; }
+    ratio_row "  ratio this / BENCH_OLD (p50, p99)" "$a50" "$a99" "$b50" "$b99"
+    unset cks
+  done
+  if [ "${BENCH_ONLY_COMPARE:-0}" = 1 ]; then
+    echo
+    echo "dsec-vm: N=$N, $(nproc) cores, host $(uname -r), BENCH_OLD=$BENCH_OLD ($(git -C "$BENCH_OLD" rev-parse --short HEAD 2>/dev/null || echo ?)), $(date -u +%FT%TZ)"
+    printf '%-40s %10s %10s\n' case "p50 ms" "p99 ms"
+    printf '%s\n' "${rows[@]}"
+    exit 0
+  fi
+fi
 
 # --- boot to first exec, and the bare-QEMU floor -------------------------
 # the first create builds the kernel and initramfs cache: not timed

@@ -77,6 +77,7 @@
 #include "spec.h"
 #include "store.h"
 #include "sysfilter.h"
+#include "tarball.h"
 
 #ifndef CLONE_NEWTIME
 #define CLONE_NEWTIME 0x00000080
@@ -1809,15 +1810,193 @@ static bool sup_freeze(struct sup *s, bool frozen)
   return true;
 }
 
+static int fd_write(void *ud, const void *buf, size_t len,
+                    struct dsec_error **err)
+{
+  return dsec_write_all(*(int *) ud, buf, len, err);
+}
+
+/* The checkpoint's producer: a helper forked from the supervisor that
+ * writes the upper directory as a tar stream from the sandbox's own
+ * privilege domain.  It opens the directory (no symlink followed), joins
+ * the sandbox's user namespace as its root, chroots into the directory (so
+ * that no path in it resolves outside) and keeps only the capabilities
+ * that read files.  It is not in the sandbox's PID namespace: nothing in
+ * the sandbox can see or signal it.  One JSON line on res says how it
+ * went. */
+static _Noreturn void upper_stream_child(const char *upper, pid_t init,
+                                         bool rootless, int out, int res)
+{
+  _cleanup_error_ struct dsec_error *err = NULL;
+  struct dsec_tar_create_stats cs = { 0 };
+  struct dsec_tar_source src = { ".", "", NULL, NULL, true, 0 };
+  int fds[4], slot[4];
+  char path[64];
+  json_t *r;
+
+  prctl(PR_SET_PDEATHSIG, SIGKILL);
+  prctl(PR_SET_DUMPABLE, 0);
+  {
+    sigset_t none;
+    sigemptyset(&none);
+    sigprocmask(SIG_SETMASK, &none, NULL);
+    signal(SIGPIPE, SIG_IGN);
+  }
+  /* rootless, the sandbox shares our user namespace: we are its root
+   * already (and its init's /proc entry is not ours to open) */
+  snprintf(path, sizeof path, rootless ? "/proc/self/ns/user"
+                                       : "/proc/%d/ns/user", (int) init);
+  fds[0] = out;
+  fds[1] = res;
+  fds[2] = open(upper, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+  fds[3] = open(path, O_RDONLY | O_CLOEXEC);
+  if (fds[2] < 0 || fds[3] < 0) {
+    dsec_fail(&err, errno, "cannot open %s", fds[2] < 0 ? upper : path);
+    goto done;
+  }
+  /* nothing of the supervisor's but these: 3 out, 4 res, 5 upper, 6 ns */
+  for (int i = 0; i < 4; i++)
+    slot[i] = fcntl(fds[i], F_DUPFD_CLOEXEC, 100);
+  for (int i = 0; i < 4; i++)
+    if (slot[i] < 0 || dup3(slot[i], 3 + i, O_CLOEXEC) < 0)
+      _exit(125);
+  syscall(SYS_close_range, 7U, ~0U, 0U);
+  out = 3;
+  res = 4;
+  {
+    struct stat mine, theirs;
+    if (stat("/proc/self/ns/user", &mine) < 0 || fstat(6, &theirs) < 0) {
+      dsec_fail(&err, errno, "cannot read the sandbox's user namespace");
+      goto done;
+    }
+    if ((mine.st_ino != theirs.st_ino || mine.st_dev != theirs.st_dev) &&
+        setns(6, CLONE_NEWUSER) < 0) {
+      dsec_fail(&err, errno, "cannot join the sandbox's user namespace");
+      goto done;
+    }
+    close(6);
+  }
+  if ((setgroups(0, NULL) < 0 && errno != EPERM) ||
+      setresgid(0, 0, 0) < 0 || setresuid(0, 0, 0) < 0) {
+    dsec_fail(&err, errno, "cannot become the sandbox's root");
+    goto done;
+  }
+  if (fchdir(5) < 0 || chroot(".") < 0 || chdir("/") < 0) {
+    dsec_fail(&err, errno, "cannot enter the upper directory");
+    goto done;
+  }
+  close(5);
+  {
+    /* reading is all it does */
+    struct __user_cap_header_struct h = { _LINUX_CAPABILITY_VERSION_3, 0 };
+    struct __user_cap_data_struct d[2] = { { 0 } };
+    d[0].effective = d[0].permitted =
+      (1u << CAP_DAC_OVERRIDE) | (1u << CAP_DAC_READ_SEARCH);
+    for (int cap = 0; cap <= 63; cap++)
+      if (cap != CAP_DAC_OVERRIDE && cap != CAP_DAC_READ_SEARCH)
+        prctl(PR_CAPBSET_DROP, cap, 0, 0, 0);
+    if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0 ||
+        syscall(SYS_capset, &h, d) < 0) {
+      dsec_fail(&err, errno, "cannot drop privileges");
+      goto done;
+    }
+    /* and it took */
+    if (prctl(PR_CAPBSET_READ, CAP_SYS_ADMIN, 0, 0, 0) != 0 ||
+        prctl(PR_CAPBSET_READ, CAP_SYS_CHROOT, 0, 0, 0) != 0 ||
+        syscall(SYS_capget, &h, d) < 0 ||
+        d[0].effective != ((1u << CAP_DAC_OVERRIDE) |
+                           (1u << CAP_DAC_READ_SEARCH)) ||
+        d[1].effective != 0) {
+      dsec_fail(&err, EPERM, "cannot drop privileges");
+      goto done;
+    }
+  }
+  {
+    /* a deep tree holds a descriptor per level */
+    struct rlimit rl;
+    if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < rl.rlim_max) {
+      rl.rlim_cur = rl.rlim_max;
+      setrlimit(RLIMIT_NOFILE, &rl);
+    }
+  }
+  dsec_tar_create(&src, 1, fd_write, &out, false, &cs, &err);
+done:
+  if (err)
+    r = json_pack("{s:b, s:s++, s:i}", "ok", false, "msg", err->msg,
+                  err->errnum ? ": " : "",
+                  err->errnum ? strerror(err->errnum) : "", "errno",
+                  err->errnum);
+  else
+    r = json_pack("{s:b, s:I, s:I}", "ok", true, "skipped_whiteout_names",
+                  (json_int_t) cs.skipped_whiteout_names, "entries",
+                  (json_int_t) cs.entries);
+  dsec_json_write_line(res, r, NULL);
+  _exit(err ? 1 : 0);
+}
+
+struct upper_producer {
+  const char *upper;
+  pid_t init;
+  bool rootless;
+};
+
+static int upper_produce(void *ud, int fd, json_t **stats,
+                         struct dsec_error **err)
+{
+  struct upper_producer *u = ud;
+  _cleanup_free_ char *text = NULL;
+  _cleanup_json_ json_t *r = NULL;
+  size_t len = 0;
+  int rp[2], st;
+  pid_t pid;
+
+  if (pipe2(rp, O_CLOEXEC) < 0)
+    return dsec_fail(err, errno, "pipe");
+  pid = fork();
+  if (pid < 0) {
+    close(rp[0]);
+    close(rp[1]);
+    return dsec_fail(err, errno, "fork");
+  }
+  if (pid == 0) {
+    close(rp[0]);
+    upper_stream_child(u->upper, u->init, u->rootless, fd, rp[1]);
+  }
+  close(rp[1]);
+  text = dsec_read_fd(rp[0], 65536, &len, NULL);
+  close(rp[0]);
+  while (waitpid(pid, &st, 0) < 0 && errno == EINTR)
+    ;
+  r = text ? json_loadb(text, len, 0, NULL) : NULL;
+  if (!json_is_true(json_object_get(r, "ok")))
+    return dsec_fail(err, (int) json_integer_value(json_object_get(r, "errno")),
+                     "the writable layer could not be read: %s",
+                     json_string_value(json_object_get(r, "msg")) ?: "the "
+                     "helper died");
+  *stats = json_pack("{s:O}", "skipped_whiteout_names",
+                     json_object_get(r, "skipped_whiteout_names"));
+  return 0;
+}
+
 /* The writable layer as a layer in the store, taken with the sandbox
- * frozen (so it is consistent), through dsec-layer (which has the archive
- * code).  The trajectory records the seq it follows. */
+ * frozen (so it is consistent): streamed by upper_stream_child, imported
+ * as an untrusted tarball (dsec_checkpoint_import).  The trajectory
+ * records the seq it follows. */
 static json_t *sup_checkpoint(struct sup *s, const char *name)
 {
   struct dsec_error *err = NULL;
   _cleanup_free_ char *upper = s->upperfs ? xasprintf("%s/upper", s->upperfs)
                                           : xasprintf("%s/upper", s->dir);
   _cleanup_json_ json_t *layer = NULL;
+  _cleanup_json_ json_t *stats = NULL;
+  struct upper_producer u = { upper, s->init_pid, s->rootless };
+  json_int_t mb = json_integer_value(
+    json_object_get(json_object_get(s->spec, "resources"), "disk_mb"));
+  struct dsec_checkpoint_opts co = {
+    name, json_object_get(s->spec, "protect"),
+    /* a disk-limited layer's stream cannot be much more than the disk */
+    mb > 0 ? ((uint64_t) mb << 21) + (16u << 20) : 0,
+  };
   bool frozen;
   json_t *r;
 
@@ -1825,14 +2004,18 @@ static json_t *sup_checkpoint(struct sup *s, const char *name)
     dsec_bad_input(&err, "an fncall sandbox has no state to checkpoint");
     return op_error(err);
   }
+  if (s->init_pid <= 0) {
+    dsec_fail(&err, ESRCH, "the sandbox's init is gone");
+    return op_error(err);
+  }
   frozen = s->suspended || sup_freeze(s, true);
-  layer = dsec_checkpoint_layer(upper, (unsigned) s->base, name, &err);
+  layer = dsec_checkpoint_import(&co, upper_produce, &u, &stats, &err);
   if (frozen && !s->suspended)
     sup_freeze(s, false);
   if (!layer)
     return op_error(err);
   r = dsec_checkpoint_record(&s->traj, s->audit, s->id, s->state, layer,
-                             frozen, &err);
+                             stats, frozen, &err);
   if (!r)
     return op_error(err);
   sup_write_state(s);
@@ -2862,13 +3045,17 @@ static int mount_rootfs(struct sup *s, struct dsec_container_opts *o,
     return dsec_fail(err, errno, "cannot create %s", work);
   if (chown(upper, base, base) < 0 || chown(work, base, base) < 0)
     return dsec_fail(err, errno, "cannot give the upper dir to the sandbox");
-  /* Overlay metadata (whiteouts, opaque directories) is in trusted.*
-   * xattrs as root made the layers, in user.* rootless (userxattr).
+  /* Overlay metadata (opaque directories) is in user.overlay.* xattrs
+   * (userxattr), as root too: a checkpoint reads the upper directory from
+   * inside the sandbox's user namespace, where trusted.* cannot be read.
+   * (The layers carry both; what the sandbox sets through the overlay as
+   * user.overlay.* is escaped by overlayfs, so only overlayfs makes
+   * markers.)
    * volatile: no syncs to the upper file system (an unmount with them syncs
    * the whole file system, milliseconds on a busy disk); a sandbox's
    * writable layer does not outlive a host crash anyway. */
   {
-    const char *x = s->rootless ? ",userxattr" : "";
+    const char *x = ",userxattr";
     if (s->fncall)
       opts = xasprintf("lowerdir=%s%s", lowers, x);
     else

@@ -4,6 +4,7 @@
 #include "exec.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -367,49 +368,152 @@ static int traj_checkpoint(struct dsec_traj *t, const char *digest,
   return ret;
 }
 
-json_t *dsec_checkpoint_layer(const char *upper, unsigned shift,
-                              const char *name, struct dsec_error **err)
+/* dsec-layer names its input "-": the stream needs no name. */
+static void strip_stdin_name(struct dsec_error *e)
+{
+  if (e && e->status == DSEC_EXIT_INPUT && strncmp(e->msg, "-: ", 3) == 0)
+    memmove(e->msg, e->msg + 3, strlen(e->msg + 3) + 1);
+}
+
+json_t *dsec_checkpoint_import(const struct dsec_checkpoint_opts *o,
+                               dsec_checkpoint_producer produce, void *ud,
+                               json_t **stats, struct dsec_error **err)
 {
   _cleanup_free_ char *prog = dsec_sibling_program("dsec-layer");
-  _cleanup_free_ char *sh = xasprintf("%u", shift);
+  _cleanup_free_ char *max = NULL;
   _cleanup_free_ char *out = NULL;
-  char *argv[] = { prog, "create", "--dir", (char *) upper, "--overlay-upper",
-                   "--id-shift", sh, "--keep-setuid", NULL, NULL, NULL };
-  json_t *layer;
+  _cleanup_json_ json_t *counts = NULL;
+  struct dsec_program layer = { 0 };
+  json_t *argv = json_array(), *v, *rec;
+  char **args;
+  size_t i;
+  int in[2];
+  int ret;
 
-  if (name) {
-    argv[8] = "--name";
-    argv[9] = (char *) name;
+  /* what a registry's tarball gets, and what only a sandbox's changes
+   * need: setuid/setgid bits, file capabilities and overlay metadata
+   * removed (counted), the protected paths untouched */
+  json_array_append_new(argv, json_string(prog));
+  json_array_append_new(argv, json_string("create"));
+  json_array_append_new(argv, json_string("--tar"));
+  json_array_append_new(argv, json_string("-"));
+  json_array_append_new(argv, json_string("--strip-setuid"));
+  json_array_append_new(argv, json_string("--strip-overlay"));
+  json_array_foreach(o->protect, i, v)
+  {
+    if (!json_is_string(v))
+      continue;
+    json_array_append_new(argv, json_string("--protect"));
+    json_array_append(argv, v);
   }
-  if (dsec_run_program(argv, NULL, &out, err) < 0)
-    return NULL;
-  layer = json_loads(out, 0, NULL);
-  if (!json_is_string(json_object_get(layer, "digest"))) {
-    json_decref(layer);
+  if (o->max_size) {
+    max = xasprintf("%llu", (unsigned long long) o->max_size);
+    json_array_append_new(argv, json_string("--max-size"));
+    json_array_append_new(argv, json_string(max));
+  }
+  if (o->name) {
+    json_array_append_new(argv, json_string("--name"));
+    json_array_append_new(argv, json_string(o->name));
+  }
+  args = xzalloc(sizeof *args * (json_array_size(argv) + 1));
+  json_array_foreach(argv, i, v)
+    args[i] = (char *) json_string_value(v);
+
+  if (pipe2(in, O_CLOEXEC) < 0) {
+    dsec_fail(err, errno, "pipe");
+    goto fail;
+  }
+  /* fewer turns between the producer and the import */
+  fcntl(in[1], F_SETPIPE_SZ, 1 << 20);
+  layer.status_passthrough = true;
+  ret = dsec_program_start(args, NULL, in[0], true, &layer, err);
+  close(in[0]);
+  if (ret < 0) {
+    close(in[1]);
+    goto fail;
+  }
+  /* the import sees the end of the stream only from us, once the
+   * producer vouched for all of it: a stream cut short at a member's
+   * boundary reads as a whole tar */
+  ret = produce(ud, in[1], &counts, err);
+  if (ret < 0) {
+    struct dsec_error *mine = NULL;
+    /* a broken pipe: the import is going (it closes its input only by
+     * ending), and says why; else it may be waiting for more, and must
+     * not see the end of a cut stream */
+    bool gave_up = (*err && (*err)->errnum == EPIPE) ||
+                   dsec_program_exited(&layer);
+    if (!gave_up)
+      dsec_program_kill(&layer);
+    close(in[1]);
+    /* the import's own refusal (a protected path, a setuid...) is why
+     * the producer could not go on */
+    if (gave_up && dsec_program_finish(&layer, NULL, &mine) < 0) {
+      dsec_error_free(*err);
+      *err = mine;
+      strip_stdin_name(mine);
+    } else {
+      if (!gave_up)
+        dsec_program_finish(&layer, NULL, &mine);
+      dsec_error_free(mine);
+    }
+    goto fail;
+  }
+  close(in[1]);
+  if (dsec_program_finish(&layer, &out, err) < 0) {
+    strip_stdin_name(*err);
+    goto fail;
+  }
+  free(args);
+  json_decref(argv);
+  rec = json_loads(out, 0, NULL);
+  if (!json_is_string(json_object_get(rec, "digest"))) {
+    json_decref(rec);
     dsec_fail(err, 0, "dsec-layer answered no layer record");
     return NULL;
   }
-  return layer;
+  if (stats)
+    *stats = counts ? steal_pointer(&counts) : json_object();
+  return rec;
+fail:
+  free(args);
+  json_decref(argv);
+  dsec_error_wrap(err, "checkpoint");
+  return NULL;
 }
 
 json_t *dsec_checkpoint_record(struct dsec_traj *t, struct dsec_audit *audit,
                                const char *id, json_t *state, json_t *layer,
-                               bool consistent, struct dsec_error **err)
+                               json_t *stats, bool consistent,
+                               struct dsec_error **err)
 {
+  static const char *const stripped[] = { "stripped_setuid",
+                                          "stripped_setgid",
+                                          "stripped_capabilities",
+                                          "stripped_overlay_xattrs" };
   json_t *digest = json_object_get(layer, "digest");
   json_t *after = t->last_seq ? t->last_seq : json_null();
-  json_t *ev;
+  json_t *skipped = json_object_get(stats, "skipped_whiteout_names");
+  json_t *ev, *r;
 
   if (traj_checkpoint(t, json_string_value(digest), consistent, err) < 0)
     return NULL;
   ev = json_pack("{s:s, s:O, s:O}", "type", "checkpoint", "layer", digest,
                  "after_seq", after);
+  for (size_t i = 0; i < ARRAY_SIZE(stripped); i++)
+    json_object_set_new(ev, stripped[i],
+                        json_integer(json_integer_value(
+                          json_object_get(layer, stripped[i]))));
+  json_object_set_new(ev, "skipped_whiteout_names",
+                      json_integer(json_integer_value(skipped)));
   dsec_audit_append(audit, ev, NULL);
   json_decref(ev);
   json_object_set(state, "checkpoint", digest);
-  return json_pack("{s:s, s:s, s:O, s:O, s:b}", "type", "checkpoint", "id", id,
-                   "layer", layer, "after_seq", after, "consistent",
-                   consistent);
+  r = json_pack("{s:s, s:s, s:O, s:O, s:b, s:I}", "type", "checkpoint", "id",
+                id, "layer", layer, "after_seq", after, "consistent",
+                consistent, "skipped_whiteout_names",
+                json_integer_value(skipped));
+  return r;
 }
 
 json_t *dsec_exec_output(const char *stream, const char *buf, size_t len)

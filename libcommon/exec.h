@@ -8,6 +8,7 @@
 #include <stdint.h>
 #include <sys/types.h>
 
+#include "error.h"
 #include "json.h"
 
 struct dsec_audit;
@@ -60,18 +61,38 @@ int dsec_traj_check(struct dsec_traj *t, json_t *req, const json_int_t *running,
 int dsec_traj_append(struct dsec_traj *t, json_t *seq, json_t *req,
                      json_t *res, struct dsec_error **err);
 
-/* A checkpoint, for both supervisors.  dsec_checkpoint_layer makes the
- * overlay upper directory upper a layer in the store through dsec-layer
- * (which has the archive code), owners shifted down by shift, tagged
- * name when not NULL: the layer record (new) or NULL.
- * dsec_checkpoint_record then records it: the trajectory (synced), a
- * "checkpoint" event, state's "checkpoint"; it returns the answer to the
- * client (new), or NULL when the trajectory cannot take it. */
-json_t *dsec_checkpoint_layer(const char *upper, unsigned shift,
-                              const char *name, struct dsec_error **err);
+/* A checkpoint, for both supervisors.  The sandbox's writable layer
+ * reaches the host only as a tar stream that a producer writes from the
+ * sandbox's own side (a helper in the container's user namespace, the
+ * guest agent), imported as an untrusted tarball is (dsec-layer create
+ * --tar -) with the checkpoint's policy: setuid/setgid bits, file
+ * capabilities and overlay metadata removed and counted, device nodes
+ * refused, and no change to a protected path (the checkpoint fails).
+ *
+ * The producer writes the whole stream to fd and returns 0, or -1 with
+ * *err set; *stats (new, may stay NULL) gets what it counted
+ * ("skipped_whiteout_names").  It must not close fd: the import sees the
+ * end of the stream only once the producer succeeded. */
+struct dsec_checkpoint_opts {
+  const char *name;  /* tag NAME@VERSION, or NULL */
+  json_t *protect;   /* the spec's protect paths (borrowed), or NULL */
+  uint64_t max_size; /* bound on the stream; 0: dsec-layer's default */
+};
+typedef int (*dsec_checkpoint_producer)(void *ud, int fd, json_t **stats,
+                                        struct dsec_error **err);
+/* The layer record (new, with the stripped_* counts) or NULL; *stats
+ * (new) the producer's counts. */
+json_t *dsec_checkpoint_import(const struct dsec_checkpoint_opts *o,
+                               dsec_checkpoint_producer produce, void *ud,
+                               json_t **stats, struct dsec_error **err);
+/* Records a checkpoint: the trajectory (synced), a "checkpoint" event
+ * (with the counts of layer and stats), state's "checkpoint"; it returns
+ * the answer to the client (new), or NULL when the trajectory cannot take
+ * it. */
 json_t *dsec_checkpoint_record(struct dsec_traj *t, struct dsec_audit *audit,
                                const char *id, json_t *state, json_t *layer,
-                               bool consistent, struct dsec_error **err);
+                               json_t *stats, bool consistent,
+                               struct dsec_error **err);
 
 /* A piece of an exec's output as the record a client streaming it gets
  * (new): {"type":"output","stream":..,"data_b64":..}. */

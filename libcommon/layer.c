@@ -7,10 +7,12 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <ftw.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/random.h>
 #include <sys/stat.h>
+#include <sys/xattr.h>
 #include <unistd.h>
 #include <zstd.h>
 
@@ -149,7 +151,43 @@ int dsec_layer_create(struct dsec_store *s,
   if (gc < 0)
     return -1;
 
-  if (o->tar) {
+  if (o->tar && (o->policy.strip_setuid || o->policy.strip_overlay)) {
+    /* what the policy strips cannot stay in the blob: the stream is
+     * written anew (zstd), then imported as any tarball is, and the
+     * strict checks must find nothing left to strip */
+    _cleanup_close_ int fd = strcmp(o->tar, "-") == 0
+                               ? dup(STDIN_FILENO)
+                               : open(o->tar, O_RDONLY | O_CLOEXEC);
+    struct dsec_blob_writer *w = NULL;
+    struct dsec_tar_stats st;
+    struct dsec_tar_policy strict = o->policy;
+    const struct dsec_layer_expect x = { NULL, -1, NULL,
+                                         DSEC_MT_OCI_LAYER "+zstd" };
+
+    if (fd < 0)
+      return dsec_error_set(err, errno == ENOENT ? DSEC_EXIT_INPUT
+                                                 : DSEC_EXIT_FAILURE,
+                            errno, "cannot open %s", o->tar);
+    strict.strip_setuid = strict.strip_overlay = false;
+    ret = dsec_blob_writer_open(s, &w, err);
+    if (ret == 0) {
+      ret = dsec_tar_rewrite(fd, &o->policy, writer_write, w, true, &st, err);
+      if (ret < 0)
+        dsec_blob_writer_abort(w);
+      else
+        ret = dsec_layer_import_writer(s, w, &x, &strict, &meta, &cached, err);
+    }
+    if (ret < 0)
+      return dsec_error_wrap(err, "%s", o->tar);
+    json_object_set_new(meta, "stripped_setuid",
+                        json_integer((json_int_t) st.stripped_setuid));
+    json_object_set_new(meta, "stripped_setgid",
+                        json_integer((json_int_t) st.stripped_setgid));
+    json_object_set_new(meta, "stripped_capabilities",
+                        json_integer((json_int_t) st.stripped_capabilities));
+    json_object_set_new(meta, "stripped_overlay_xattrs",
+                        json_integer((json_int_t) st.stripped_overlay_xattrs));
+  } else if (o->tar) {
     _cleanup_close_ int fd = strcmp(o->tar, "-") == 0
                                ? dup(STDIN_FILENO)
                                : open(o->tar, O_RDONLY | O_CLOEXEC);
@@ -170,6 +208,7 @@ int dsec_layer_create(struct dsec_store *s,
       { NULL, ".git", NULL, NULL, false, 0 },
     };
     size_t nsrc = 1;
+    struct dsec_tar_create_stats cs;
     struct stat st;
 
     if (stat(o->dir, &st) < 0 || !S_ISDIR(st.st_mode))
@@ -186,7 +225,7 @@ int dsec_layer_create(struct dsec_store *s,
     }
     ret = dsec_blob_writer_open(s, &w, err);
     if (ret == 0) {
-      ret = dsec_tar_create(src, nsrc, writer_write, w, true, err);
+      ret = dsec_tar_create(src, nsrc, writer_write, w, true, &cs, err);
       if (ret < 0)
         dsec_blob_writer_abort(w);
       else
@@ -201,6 +240,9 @@ int dsec_layer_create(struct dsec_store *s,
     rm_tree_abs(gitrepo);
     if (ret < 0)
       return dsec_error_wrap(err, "%s", o->dir);
+    if (o->overlay_upper)
+      json_object_set_new(meta, "skipped_whiteout_names",
+                          json_integer((json_int_t) cs.skipped_whiteout_names));
   }
 
   if (name) {
@@ -311,6 +353,43 @@ static int make_erofs(struct dsec_store *s, int dfd, const char *digest,
   return dsec_commit_tmp_at(dfd, fd, tmpname, "layer.erofs", err);
 }
 
+/* A directory layer made by this version carries both opaque markers
+ * (trusted.overlay.opaque and user.overlay.opaque); this file beside
+ * rootfs/ says so.  Containers mount their overlays with userxattr, which
+ * reads only the second. */
+#define ROOTFS_MARKERS "rootfs.opaque-user"
+
+static int add_user_opaque(const char *path, const struct stat *st, int flag,
+                           struct FTW *ftw)
+{
+  char v[4];
+  (void) st;
+  (void) ftw;
+  if (flag == FTW_D && lgetxattr(path, "trusted.overlay.opaque", v, sizeof v) > 0 &&
+      v[0] == 'y' && lsetxattr(path, "user.overlay.opaque", "y", 1, 0) < 0)
+    return -1;
+  return 0;
+}
+
+/* A rootfs/ extracted by an earlier version has its opaque directories
+ * marked in trusted.* only: the user.* marker is added (once, under the
+ * layer's lock), or an overlay with userxattr would show the lower
+ * layers' entries through them. */
+static int upgrade_markers(int dfd, const char *rootfs, struct dsec_error **err)
+{
+  _cleanup_close_ int fd = -1;
+  if (faccessat(dfd, ROOTFS_MARKERS, F_OK, AT_SYMLINK_NOFOLLOW) == 0)
+    return 0;
+  if (geteuid() == 0 &&
+      nftw(rootfs, add_user_opaque, 64, FTW_PHYS | FTW_MOUNT) != 0)
+    return dsec_fail(err, errno, "cannot mark the opaque directories of %s",
+                     rootfs);
+  fd = openat(dfd, ROOTFS_MARKERS, O_WRONLY | O_CREAT | O_CLOEXEC, 0644);
+  if (fd < 0)
+    return dsec_fail(err, errno, "cannot create %s", ROOTFS_MARKERS);
+  return dsec_fsync_dir(dfd, err);
+}
+
 int dsec_layer_materialise(struct dsec_store *s, const char *digest,
                            enum dsec_layer_format fmt, char **path, bool *made,
                            struct dsec_error **err)
@@ -328,14 +407,23 @@ int dsec_layer_materialise(struct dsec_store *s, const char *digest,
     return -1;
   *made = false;
   /* fast path: made before, no lock needed (it appears only complete) */
-  if (fstatat(dfd, final, &st, AT_SYMLINK_NOFOLLOW) == 0)
+  if (fstatat(dfd, final, &st, AT_SYMLINK_NOFOLLOW) == 0 &&
+      (fmt != DSEC_FORMAT_DIR ||
+       faccessat(dfd, ROOTFS_MARKERS, F_OK, AT_SYMLINK_NOFOLLOW) == 0))
     goto done;
 
   lock = dsec_store_lock(s, "layer", digest, err);
   if (lock < 0)
     return -1;
-  if (fstatat(dfd, final, &st, AT_SYMLINK_NOFOLLOW) == 0)
+  if (fstatat(dfd, final, &st, AT_SYMLINK_NOFOLLOW) == 0) {
+    if (fmt == DSEC_FORMAT_DIR) {
+      _cleanup_free_ char *rootfs = xasprintf("%s/layers/%s/rootfs", s->path,
+                                              dsec_digest_hex(digest));
+      if (upgrade_markers(dfd, rootfs, err) < 0)
+        return -1;
+    }
     goto done;
+  }
   /* leftovers of a crashed materialisation: we hold the lock */
   clean_stale(dfd, fmt == DSEC_FORMAT_EROFS ? "layer.erofs.tmp-"
                                             : "rootfs.tmp-");
@@ -348,6 +436,14 @@ int dsec_layer_materialise(struct dsec_store *s, const char *digest,
       int e = errno;
       dsec_rm_rf_at(dfd, tmp, NULL);
       return dsec_fail(err, e, "cannot move layer %s into place", digest);
+    }
+    {
+      /* extracted with both markers (tarball.c) */
+      int m = openat(dfd, ROOTFS_MARKERS, O_WRONLY | O_CREAT | O_CLOEXEC,
+                     0644);
+      if (m < 0)
+        return dsec_fail(err, errno, "cannot create %s", ROOTFS_MARKERS);
+      close(m);
     }
     if (dsec_fsync_dir(dfd, err) < 0)
       return -1;

@@ -12,15 +12,17 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "exitcodes.h"
+
 #define OUT_MAX (1u << 20)
 #define ERR_KEEP 4096
 
-static _Noreturn void child(char *const argv[], const char *cwd, int out_fd,
-                            int err_fd)
+static _Noreturn void child(char *const argv[], const char *cwd, int in_fd,
+                            int out_fd, int err_fd)
 {
   int null = open("/dev/null", O_RDWR | O_CLOEXEC);
 
-  if (null < 0 || dup2(null, STDIN_FILENO) < 0 ||
+  if (null < 0 || dup2(in_fd >= 0 ? in_fd : null, STDIN_FILENO) < 0 ||
       dup2(out_fd >= 0 ? out_fd : null, STDOUT_FILENO) < 0 ||
       dup2(err_fd, STDERR_FILENO) < 0)
     _exit(127);
@@ -30,51 +32,84 @@ static _Noreturn void child(char *const argv[], const char *cwd, int out_fd,
     dprintf(STDERR_FILENO, "cannot enter %s: %s\n", cwd, strerror(errno));
     _exit(126);
   }
+  {
+    /* a supervisor has its signals blocked (signalfd): not its child */
+    sigset_t none;
+    sigemptyset(&none);
+    sigprocmask(SIG_SETMASK, &none, NULL);
+  }
   signal(SIGPIPE, SIG_DFL);
   execvp(argv[0], argv);
   dprintf(STDERR_FILENO, "cannot run %s: %s\n", argv[0], strerror(errno));
   _exit(errno == ENOENT ? 127 : 126);
 }
 
-int dsec_run_program(char *const argv[], const char *cwd, char **out,
-                     struct dsec_error **err)
+int dsec_program_start(char *const argv[], const char *cwd, int in_fd,
+                       bool want_out, struct dsec_program *p,
+                       struct dsec_error **err)
 {
   int op[2] = { -1, -1 }, ep[2];
-  _cleanup_free_ char *obuf = NULL;
-  char ebuf[ERR_KEEP + 1];
-  size_t olen = 0, elen = 0;
-  int status;
-  pid_t pid;
 
+  p->pid = -1;
+  p->out_fd = p->err_fd = -1;
+  p->argv0 = argv[0];
   if (pipe2(ep, O_CLOEXEC) < 0)
     return dsec_fail(err, errno, "pipe");
-  if (out && pipe2(op, O_CLOEXEC) < 0) {
+  if (want_out && pipe2(op, O_CLOEXEC) < 0) {
     close(ep[0]);
     close(ep[1]);
     return dsec_fail(err, errno, "pipe");
   }
-  pid = fork();
-  if (pid < 0) {
+  p->pid = fork();
+  if (p->pid < 0) {
     int e = errno;
     close(ep[0]);
     close(ep[1]);
-    if (out) {
+    if (want_out) {
       close(op[0]);
       close(op[1]);
     }
     return dsec_fail(err, e, "fork");
   }
-  if (pid == 0)
-    child(argv, cwd, out ? op[1] : -1, ep[1]);
+  if (p->pid == 0)
+    child(argv, cwd, in_fd, want_out ? op[1] : -1, ep[1]);
   close(ep[1]);
-  if (out) {
+  p->err_fd = ep[0];
+  if (want_out) {
     close(op[1]);
-    obuf = xmalloc(OUT_MAX + 1);
+    p->out_fd = op[0];
   }
+  return 0;
+}
 
+bool dsec_program_exited(struct dsec_program *p)
+{
+  siginfo_t si = { 0 };
+  /* WNOWAIT: the status stays for dsec_program_finish */
+  return p->pid > 0 &&
+         waitid(P_PID, (id_t) p->pid, &si, WEXITED | WNOHANG | WNOWAIT) == 0 &&
+         si.si_pid == p->pid;
+}
+
+void dsec_program_kill(struct dsec_program *p)
+{
+  if (p->pid > 0)
+    kill(p->pid, SIGKILL);
+}
+
+int dsec_program_finish(struct dsec_program *p, char **out,
+                        struct dsec_error **err)
+{
+  _cleanup_free_ char *obuf = NULL;
+  char ebuf[ERR_KEEP + 1];
+  size_t olen = 0, elen = 0;
+  int status;
+
+  if (p->out_fd >= 0)
+    obuf = xmalloc(OUT_MAX + 1);
   {
-    struct pollfd pf[2] = { { ep[0], POLLIN, 0 }, { out ? op[0] : -1, POLLIN, 0 } };
-    int open_fds = out ? 2 : 1;
+    struct pollfd pf[2] = { { p->err_fd, POLLIN, 0 }, { p->out_fd, POLLIN, 0 } };
+    int open_fds = p->out_fd >= 0 ? 2 : 1;
     while (open_fds > 0) {
       if (poll(pf, 2, -1) < 0) {
         if (errno == EINTR)
@@ -113,24 +148,51 @@ int dsec_run_program(char *const argv[], const char *cwd, char **out,
         }
       }
     }
+    for (int i = 0; i < 2; i++)
+      if (pf[i].fd >= 0)
+        close(pf[i].fd);
+    p->err_fd = p->out_fd = -1;
   }
-  while (waitpid(pid, &status, 0) < 0)
-    if (errno != EINTR)
+  while (waitpid(p->pid, &status, 0) < 0)
+    if (errno != EINTR) {
+      p->pid = -1;
       return dsec_fail(err, errno, "waitpid");
+    }
+  p->pid = -1;
   ebuf[elen] = '\0';
   while (elen > 0 && (ebuf[elen - 1] == '\n' || ebuf[elen - 1] == ' '))
     ebuf[--elen] = '\0';
   if (WIFSIGNALED(status))
-    return dsec_fail(err, 0, "%s killed by signal %d%s%s", argv[0],
+    return dsec_fail(err, 0, "%s killed by signal %d%s%s", p->argv0,
                      WTERMSIG(status), elen ? ": " : "", ebuf);
-  if (WEXITSTATUS(status) != 0)
-    return dsec_fail(err, 0, "%s failed with status %d%s%s", argv[0],
+  if (WEXITSTATUS(status) != 0) {
+    /* a dsec program's own message: "prog: what went wrong" */
+    const char *msg = ebuf;
+    const char *base = strrchr(p->argv0, '/');
+    size_t pl;
+    base = base ? base + 1 : p->argv0;
+    pl = strlen(base);
+    if (strncmp(msg, base, pl) == 0 && msg[pl] == ':' && msg[pl + 1] == ' ')
+      msg += pl + 2;
+    if (p->status_passthrough && WEXITSTATUS(status) == DSEC_EXIT_INPUT)
+      return dsec_error_set(err, DSEC_EXIT_INPUT, 0, "%s", msg);
+    return dsec_fail(err, 0, "%s failed with status %d%s%s", p->argv0,
                      WEXITSTATUS(status), elen ? ": " : "", ebuf);
+  }
   if (out) {
     obuf[olen] = '\0';
     *out = steal_pointer(&obuf);
   }
   return 0;
+}
+
+int dsec_run_program(char *const argv[], const char *cwd, char **out,
+                     struct dsec_error **err)
+{
+  struct dsec_program p = { 0 };
+  if (dsec_program_start(argv, cwd, -1, out != NULL, &p, err) < 0)
+    return -1;
+  return dsec_program_finish(&p, out, err);
 }
 
 char *dsec_sibling_program(const char *name)

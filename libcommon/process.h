@@ -3,6 +3,7 @@
 #define DSEC_PROCESS_H
 
 #include <stdbool.h>
+#include <sys/types.h>
 
 #include "error.h"
 
@@ -13,6 +14,28 @@
  * stderr (last 4 KiB). */
 int dsec_run_program(char *const argv[], const char *cwd, char **out,
                      struct dsec_error **err);
+
+/* The same in two steps, for a program that reads a stream we write
+ * meanwhile: dsec_program_start runs it with stdin from in_fd (-1:
+ * /dev/null) and its stdout kept when want_out; dsec_program_finish
+ * collects stdout (*out, as above) and stderr, waits for it and judges
+ * its status as dsec_run_program does.  With status_passthrough, an exit
+ * status 3 (bad input) is kept as the error's status, with the program's
+ * own message.  dsec_program_exited tells whether it ended already
+ * (without collecting it); dsec_program_kill sends it SIGKILL. */
+struct dsec_program {
+  pid_t pid;
+  int out_fd, err_fd;
+  const char *argv0;
+  bool status_passthrough;
+};
+int dsec_program_start(char *const argv[], const char *cwd, int in_fd,
+                       bool want_out, struct dsec_program *p,
+                       struct dsec_error **err);
+int dsec_program_finish(struct dsec_program *p, char **out,
+                        struct dsec_error **err);
+bool dsec_program_exited(struct dsec_program *p);
+void dsec_program_kill(struct dsec_program *p);
 
 /* The path of another dsec program: next to ours (/proc/self/exe), else
  * its bare name for a PATH search.  New string. */

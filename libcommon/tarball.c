@@ -7,6 +7,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
@@ -86,7 +87,8 @@ static la_ssize_t src_read(struct archive *a, void *ud, const void **out)
       return -1;
     }
   }
-  dsec_sha256_update(s->hash, s->buf, (size_t) r);
+  if (s->hash)
+    dsec_sha256_update(s->hash, s->buf, (size_t) r);
   s->n += (uint64_t) r;
   *out = s->buf;
   return r;
@@ -185,7 +187,8 @@ static la_ssize_t mid_read(struct archive *a, void *ud, const void **out)
     archive_set_error(a, EFBIG, "uncompressed stream exceeds the limit");
     return -1;
   }
-  dsec_sha256_update(m->hash, m->buf, (size_t) r);
+  if (m->hash)
+    dsec_sha256_update(m->hash, m->buf, (size_t) r);
   *out = m->buf;
   return r;
 }
@@ -353,7 +356,67 @@ static const char *through_symlink(json_t *links, const char *path)
   return NULL;
 }
 
-static bool has_file_caps(struct archive_entry *e)
+/* What the walk over a stream's members carries from one to the next. */
+struct walk {
+  const struct dsec_tar_policy *p;
+  json_t *links;       /* symlink members so far: path -> target */
+  char **protect;      /* the policy's protect paths, cleaned ("" none) */
+  size_t nprotect;
+  uint64_t apparent;   /* rewrite: the members' sizes so far */
+  uint64_t max;        /* bound on the stream (and, rewriting, on sizes) */
+  bool rewrite;
+  struct dsec_tar_stats *st;
+};
+
+static bool overlay_xattr(const char *name)
+{
+  /* user.overlay.overlay.* (what overlayfs makes of a user.overlay.*
+   * xattr set through it) is matched by the prefix as well */
+  return dsec_str_has_prefix(name, "trusted.overlay.") ||
+         dsec_str_has_prefix(name, "user.overlay.");
+}
+
+/* Removes the xattrs for which drop(name) holds; returns how many names
+ * went (a pax header may give one twice, as SCHILY.xattr and as
+ * LIBARCHIVE.xattr: counted once). */
+static uint64_t remove_xattrs(struct archive_entry *e,
+                              bool (*drop)(const char *name))
+{
+  const char *name;
+  const void *value;
+  size_t size;
+  struct archive_entry *keep = NULL;
+  _cleanup_json_ json_t *names = json_object();
+  uint64_t n;
+
+  archive_entry_xattr_reset(e);
+  while (archive_entry_xattr_next(e, &name, &value, &size) == ARCHIVE_OK)
+    if (drop(name))
+      json_object_set_new(names, name, json_true());
+  n = json_object_size(names);
+  if (n == 0)
+    return 0;
+  keep = archive_entry_new();
+  archive_entry_xattr_reset(e);
+  while (archive_entry_xattr_next(e, &name, &value, &size) == ARCHIVE_OK)
+    if (!drop(name))
+      archive_entry_xattr_add_entry(keep, name, value, size);
+  archive_entry_xattr_clear(e);
+  archive_entry_xattr_reset(keep);
+  while (archive_entry_xattr_next(keep, &name, &value, &size) == ARCHIVE_OK)
+    archive_entry_xattr_add_entry(e, name, value, size);
+  archive_entry_free(keep);
+  return n;
+}
+
+static bool caps_xattr(const char *name)
+{
+  return strcmp(name, "security.capability") == 0;
+}
+
+/* The first xattr of e for which match(name) holds, or NULL. */
+static const char *find_xattr(struct archive_entry *e,
+                              bool (*match)(const char *name))
 {
   const char *name;
   const void *value;
@@ -361,27 +424,99 @@ static bool has_file_caps(struct archive_entry *e)
 
   archive_entry_xattr_reset(e);
   while (archive_entry_xattr_next(e, &name, &value, &size) == ARCHIVE_OK)
-    if (strcmp(name, "security.capability") == 0)
-      return true;
-  return false;
+    if (match(name))
+      return name;
+  return NULL;
 }
 
-static int check_entry(struct archive_entry *e, const struct dsec_tar_policy *p,
-                       json_t *links, char **clean, enum member *kind,
-                       struct dsec_error **err)
+/* path (cleaned, "" the top) is prot or below it. */
+static bool at_or_below(const char *path, const char *prot)
 {
+  size_t n = strlen(prot);
+  return strncmp(path, prot, n) == 0 && (path[n] == '\0' || path[n] == '/');
+}
+
+/* path is a directory above prot ("" is above everything). */
+static bool above(const char *path, const char *prot)
+{
+  size_t n = strlen(path);
+  if (n == 0)
+    return *prot != '\0';
+  return strncmp(prot, path, n) == 0 && prot[n] == '/';
+}
+
+/* A checkpoint never carries a change to a protected path: what the
+ * member at path (of kind, type) would change is checked against each. */
+static int check_protect(const struct walk *w, const char *path,
+                         enum member kind, mode_t type, bool hardlink,
+                         const char *raw, struct dsec_error **err)
+{
+  _cleanup_free_ char *target = NULL;
+  const char *slash = strrchr(path, '/');
+
+  if (kind == MEMBER_WHITEOUT)
+    target = slash ? xasprintf("%.*s/%s", (int) (slash - path), path,
+                               slash + 5)
+                   : xstrdup(path + 4);
+  else if (kind == MEMBER_OPAQUE)
+    target = slash ? xstrndup(path, (size_t) (slash - path)) : xstrdup("");
+  else
+    target = xstrdup(path);
+  for (size_t i = 0; i < w->nprotect; i++) {
+    const char *prot = w->protect[i];
+    if (kind == MEMBER_ROOT)
+      continue;
+    if (kind == MEMBER_WHITEOUT && (at_or_below(target, prot) ||
+                                    above(target, prot)))
+      return dsec_bad_input(err, "member `%s` deletes /%s, which holds or "
+                                 "is the protected path /%s", raw, target,
+                            prot);
+    if (kind == MEMBER_OPAQUE && (at_or_below(target, prot) ||
+                                  above(target, prot)))
+      return dsec_bad_input(err, "member `%s` makes /%s opaque, which holds "
+                                 "or is the protected path /%s", raw, target,
+                            prot);
+    if (kind == MEMBER_PLAIN) {
+      if (at_or_below(target, prot))
+        return dsec_bad_input(err, "member `%s` is at or below the protected "
+                                   "path /%s", raw, prot);
+      if (above(target, prot) && (type != AE_IFDIR || hardlink))
+        return dsec_bad_input(err, "member `%s` replaces /%s, a parent of "
+                                   "the protected path /%s, with a "
+                                   "non-directory", raw, target, prot);
+    }
+  }
+  return 0;
+}
+
+static int check_entry(struct walk *w, struct archive_entry *e, char **clean,
+                       enum member *kind, struct dsec_error **err)
+{
+  const struct dsec_tar_policy *p = w->p;
+  json_t *links = w->links;
   const char *raw = archive_entry_pathname(e);
   const char *hl = archive_entry_hardlink(e);
   mode_t type = archive_entry_filetype(e);
   mode_t mode = archive_entry_mode(e);
   _cleanup_free_ char *path = NULL;
   const char *base;
+  int ret;
 
   if (!raw || !*raw)
     return dsec_bad_input(err, "member with an empty name");
   path = clean_path(raw, "its path", raw, err);
   if (!path)
     return -1;
+  {
+    /* overlayfs's own metadata: only overlayfs may make it, never a
+     * tarball (a redirect or an opaque marker of the layer's choosing) */
+    const char *x = find_xattr(e, overlay_xattr);
+    if (x && !p->strip_overlay)
+      return dsec_bad_input(err, "member `%s`: overlay metadata (xattr %s) "
+                                 "on untrusted input", raw, x);
+    if (x)
+      w->st->stripped_overlay_xattrs += remove_xattrs(e, overlay_xattr);
+  }
   if (!*path) {
     if (type != AE_IFDIR)
       return dsec_bad_input(err, "member `%s`: the top is not a directory",
@@ -437,11 +572,19 @@ static int check_entry(struct archive_entry *e, const struct dsec_tar_policy *p,
   }
 
   if (!p->keep_setuid && type == AE_IFREG) {
-    if (mode & (S_ISUID | S_ISGID))
+    if ((mode & (S_ISUID | S_ISGID)) && p->strip_setuid) {
+      if (mode & S_ISUID)
+        w->st->stripped_setuid++;
+      if (mode & S_ISGID)
+        w->st->stripped_setgid++;
+      archive_entry_set_perm(e, mode & ~(mode_t) (S_ISUID | S_ISGID) & 07777);
+    } else if (mode & (S_ISUID | S_ISGID))
       return dsec_bad_input(err, "member `%s`: set%s bit on untrusted input "
                                  "(use --keep-setuid to keep it)",
                             raw, (mode & S_ISUID) ? "uid" : "gid");
-    if (has_file_caps(e))
+    if (find_xattr(e, caps_xattr) && p->strip_setuid)
+      w->st->stripped_capabilities += remove_xattrs(e, caps_xattr);
+    else if (find_xattr(e, caps_xattr))
       return dsec_bad_input(err, "member `%s`: file capabilities on "
                                  "untrusted input (use --keep-setuid to "
                                  "keep them)", raw);
@@ -461,6 +604,18 @@ static int check_entry(struct archive_entry *e, const struct dsec_tar_policy *p,
     if (type != AE_IFREG || hl || archive_entry_size(e) != 0)
       return dsec_bad_input(err, "member `%s`: a whiteout must be an empty "
                                  "regular file", raw);
+  }
+  ret = check_protect(w, path, *kind, type, hl != NULL, raw, err);
+  if (ret < 0)
+    return ret;
+  if (w->rewrite && !hl && type == AE_IFREG) {
+    /* a sparse file's holes are written out (as holes) too: bounded */
+    la_int64_t size = archive_entry_size(e);
+    w->apparent += size > 0 ? (uint64_t) size : 0;
+    if (w->apparent > w->max)
+      return dsec_bad_input(err, "member `%s`: the members' sizes exceed the "
+                                 "limit of %llu bytes", raw,
+                            (unsigned long long) w->max);
   }
   /* later members see this one: a symlink is recorded, anything else at
    * the same path replaces it */
@@ -494,8 +649,10 @@ static void pipeline_close(struct pipeline *pl)
   memset(pl, 0, sizeof *pl);
 }
 
+/* hashed: the digests of what is read are wanted (not by a rewrite,
+ * whose output is what gets stored, and hashed) */
 static int pipeline_open(struct pipeline *pl, int fd,
-                         const struct dsec_tar_policy *p,
+                         const struct dsec_tar_policy *p, bool hashed,
                          struct dsec_tar_stats *st, struct dsec_error **err)
 {
   const char *unsupported;
@@ -504,9 +661,9 @@ static int pipeline_open(struct pipeline *pl, int fd,
 
   memset(pl, 0, sizeof *pl);
   pl->src.fd = fd;
-  pl->src.hash = dsec_sha256_new();
+  pl->src.hash = hashed ? dsec_sha256_new() : NULL;
   pl->src.buf = xmalloc(CHUNK);
-  pl->mid.hash = dsec_sha256_new();
+  pl->mid.hash = hashed ? dsec_sha256_new() : NULL;
   pl->mid.buf = xmalloc(CHUNK);
   pl->mid.max = p->max_size ? p->max_size : DSEC_DEFAULT_MAX_SIZE;
 
@@ -603,35 +760,71 @@ static int pipeline_drain(struct pipeline *pl, struct dsec_tar_stats *st,
     }
     if (r == 0)
       break;
-    dsec_sha256_update(pl->src.hash, pl->src.buf, (size_t) r);
+    if (pl->src.hash)
+      dsec_sha256_update(pl->src.hash, pl->src.buf, (size_t) r);
     pl->src.n += (uint64_t) r;
   }
-  dsec_sha256_final(pl->src.hash, st->digest);
+  if (pl->src.hash)
+    dsec_sha256_final(pl->src.hash, st->digest);
   pl->src.hash = NULL;
-  dsec_sha256_final(pl->mid.hash, st->diff_id);
+  if (pl->mid.hash)
+    dsec_sha256_final(pl->mid.hash, st->diff_id);
   pl->mid.hash = NULL;
   st->size = pl->src.n;
   st->uncompressed_size = pl->mid.n;
   return 0;
 }
 
-/* Reads the current member's data; with disk set, writes it there. */
+/* Reads the current member's data; with disk set, writes it there, with
+ * tw set, into that archive (holes as zeros, which the pax writer keeps
+ * as holes of a sparse member). */
 static int copy_data(struct pipeline *pl, struct archive *disk,
-                     const char *member, struct dsec_error **err)
+                     struct archive *tw, la_int64_t size, const char *member,
+                     struct dsec_error **err)
 {
+  static const char zeros[65536];
+  la_int64_t done = 0;
+
   for (;;) {
     const void *buf;
-    size_t size;
+    size_t n;
     la_int64_t off;
-    int r = archive_read_data_block(pl->tar, &buf, &size, &off);
+    int r = archive_read_data_block(pl->tar, &buf, &n, &off);
     if (r == ARCHIVE_EOF)
-      return 0;
+      break;
     if (r < ARCHIVE_OK)
       return pipeline_error(pl, pl->tar, member, err);
-    if (disk && archive_write_data_block(disk, buf, size, off) < ARCHIVE_OK)
+    if (disk && archive_write_data_block(disk, buf, n, off) < ARCHIVE_OK)
       return dsec_fail(err, archive_errno(disk), "member `%s`: %s", member,
                        archive_error_string(disk));
+    if (!tw)
+      continue;
+    if (off < done)
+      return dsec_bad_input(err, "member `%s`: its data blocks overlap",
+                            member);
+    for (; done < off; ) {
+      size_t k = off - done < (la_int64_t) sizeof zeros ? (size_t) (off - done)
+                                                       : sizeof zeros;
+      if (archive_write_data(tw, zeros, k) < 0)
+        return dsec_fail(err, archive_errno(tw), "member `%s`: %s", member,
+                         archive_error_string(tw));
+      done += (la_int64_t) k;
+    }
+    if (n && archive_write_data(tw, buf, n) < 0)
+      return dsec_fail(err, archive_errno(tw), "member `%s`: %s", member,
+                       archive_error_string(tw));
+    done += (la_int64_t) n;
   }
+  /* a hole at the end */
+  while (tw && done < size) {
+    size_t k = size - done < (la_int64_t) sizeof zeros ? (size_t) (size - done)
+                                                      : sizeof zeros;
+    if (archive_write_data(tw, zeros, k) < 0)
+      return dsec_fail(err, archive_errno(tw), "member `%s`: %s", member,
+                       archive_error_string(tw));
+    done += (la_int64_t) k;
+  }
+  return 0;
 }
 
 /* The walk shared by scan and extract. */
@@ -640,16 +833,30 @@ struct opaque_list {
   size_t n;
 };
 
+/* Reads every member of fd and checks it; with disk, extracts it (opaque
+ * directories collected in opq); with tw, writes it to that archive. */
 static int run_pipeline(int fd, const struct dsec_tar_policy *p,
                         struct archive *disk, struct opaque_list *opq,
-                        struct dsec_tar_stats *st, struct dsec_error **err)
+                        struct archive *tw, struct dsec_tar_stats *st,
+                        struct dsec_error **err)
 {
   struct pipeline pl;
   _cleanup_json_ json_t *links = json_object();
+  struct walk w = { .p = p, .links = links, .rewrite = tw != NULL, .st = st };
   int ret;
 
   memset(st, 0, sizeof *st);
-  ret = pipeline_open(&pl, fd, p, st, err);
+  for (const char *const *x = p->protect; x && *x; x++) {
+    char *c = clean_path(*x + (**x == '/'), "a protected path", *x, err);
+    if (!c) {
+      ret = -1;
+      goto out_prot;
+    }
+    w.protect = xrealloc(w.protect, sizeof *w.protect * (w.nprotect + 1));
+    w.protect[w.nprotect++] = c;
+  }
+  ret = pipeline_open(&pl, fd, p, tw == NULL, st, err);
+  w.max = pl.mid.max;
   if (ret < 0)
     goto out;
 
@@ -670,10 +877,34 @@ static int run_pipeline(int fd, const struct dsec_tar_policy *p,
                            (unsigned long long) DSEC_MAX_ENTRIES);
       goto out;
     }
-    ret = check_entry(e, p, links, &path, &kind, err);
+    ret = check_entry(&w, e, &path, &kind, err);
     if (ret < 0)
       goto out;
 
+    if (tw) {
+      if (kind == MEMBER_ROOT) {
+        ret = copy_data(&pl, NULL, NULL, 0, path, err);
+        if (ret < 0)
+          goto out;
+        continue;
+      }
+      archive_entry_set_pathname(e, path);
+      if (archive_entry_hardlink(e)) {
+        _cleanup_free_ char *t =
+          clean_path(archive_entry_hardlink(e), "", path, NULL);
+        archive_entry_set_hardlink(e, t);
+      }
+      archive_entry_set_uname(e, NULL);
+      archive_entry_set_gname(e, NULL);
+      archive_entry_unset_atime(e);
+      archive_entry_unset_ctime(e);
+      archive_entry_unset_birthtime(e);
+      if (archive_write_header(tw, e) < ARCHIVE_WARN) {
+        ret = dsec_fail(err, archive_errno(tw), "member `%s`: %s", path,
+                        archive_error_string(tw));
+        goto out;
+      }
+    }
     if (disk) {
       char *slash = strrchr(path, '/');
       switch (kind) {
@@ -712,7 +943,7 @@ static int run_pipeline(int fd, const struct dsec_tar_policy *p,
         goto out;
       }
     }
-    ret = copy_data(&pl, disk, path, err);
+    ret = copy_data(&pl, disk, tw, archive_entry_size(e), path, err);
     if (ret < 0)
       goto out;
     if (disk && archive_write_finish_entry(disk) < ARCHIVE_WARN) {
@@ -725,13 +956,82 @@ static int run_pipeline(int fd, const struct dsec_tar_policy *p,
 
 out:
   pipeline_close(&pl);
+out_prot:
+  for (size_t i = 0; i < w.nprotect; i++)
+    free(w.protect[i]);
+  free(w.protect);
   return ret;
 }
 
 int dsec_tar_scan(int fd, const struct dsec_tar_policy *p,
                   struct dsec_tar_stats *st, struct dsec_error **err)
 {
-  return run_pipeline(fd, p, NULL, NULL, st, err);
+  return run_pipeline(fd, p, NULL, NULL, NULL, st, err);
+}
+
+struct out_cb {
+  dsec_write_fn fn;
+  void *ud;
+  struct dsec_error **err;
+};
+
+static la_ssize_t out_write(struct archive *a, void *ud, const void *buf,
+                            size_t len)
+{
+  struct out_cb *o = ud;
+  if (o->fn(o->ud, buf, len, o->err) < 0) {
+    archive_set_error(a, EIO, "%s", (*o->err) ? (*o->err)->msg : "write failed");
+    return -1;
+  }
+  return (la_ssize_t) len;
+}
+
+/* A pax archive writing to out (zstd-compressed when zstd is set). */
+static struct archive *writer_open(struct out_cb *out, bool zstd,
+                                   struct dsec_error **err)
+{
+  struct archive *w = archive_write_new();
+  archive_write_set_format_pax_restricted(w);
+  archive_write_set_bytes_in_last_block(w, 1);
+  if (zstd) {
+    archive_write_add_filter_zstd(w);
+    archive_write_set_filter_option(w, "zstd", "compression-level", "3");
+  }
+  if (archive_write_open(w, out, NULL, out_write, NULL) != ARCHIVE_OK) {
+    dsec_fail(err, archive_errno(w), "cannot start archive: %s",
+              archive_error_string(w));
+    archive_write_free(w);
+    return NULL;
+  }
+  return w;
+}
+
+int dsec_tar_rewrite(int fd, const struct dsec_tar_policy *p,
+                     dsec_write_fn fn, void *ud, bool zstd,
+                     struct dsec_tar_stats *st, struct dsec_error **err)
+{
+  struct out_cb out = { fn, ud, err };
+  struct dsec_error *e = NULL;
+  struct archive *w;
+  int ret;
+
+  /* errors of the writer's callback land in e, the walk's in err */
+  out.err = &e;
+  w = writer_open(&out, zstd, err);
+  if (!w)
+    return -1;
+  ret = run_pipeline(fd, p, NULL, NULL, w, st, err);
+  if (ret == 0 && archive_write_close(w) != ARCHIVE_OK)
+    ret = dsec_fail(err, archive_errno(w), "cannot finish archive: %s",
+                    archive_error_string(w));
+  archive_write_free(w);
+  if (ret < 0 && e) {
+    /* the output failed first: that is the error */
+    dsec_error_free(*err);
+    *err = e;
+  } else
+    dsec_error_free(e);
+  return ret;
 }
 
 /* The extracting child: confined to the target by chroot when root (by
@@ -772,7 +1072,13 @@ static _Noreturn void extract_child(int fd, const char *target,
   disk = archive_write_disk_new();
   archive_write_disk_set_options(disk, flags);
 
-  ret = run_pipeline(fd, p, disk, &opq, &st, &err);
+  {
+    /* overlay metadata a layer brought along is dropped, never written:
+     * only the opaque markers below are ours */
+    struct dsec_tar_policy ep = *p;
+    ep.strip_overlay = true;
+    ret = run_pipeline(fd, &ep, disk, &opq, NULL, &st, &err);
+  }
   if (ret == 0 && archive_write_close(disk) < ARCHIVE_WARN)
     ret = dsec_fail(&err, archive_errno(disk), "cannot finish extraction: %s",
                     archive_error_string(disk));
@@ -785,9 +1091,11 @@ static _Noreturn void extract_child(int fd, const char *target,
       }
       dfd = open(opq.v[i], O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
     }
-    if (dfd < 0 ||
-        fsetxattr(dfd, root ? "trusted.overlay.opaque" : "user.overlay.opaque",
-                  "y", 1, 0) < 0)
+    /* both namespaces as root: a container's overlay reads user.*
+     * (userxattr), a VM guest's trusted.* */
+    if (dfd < 0 || (root && fsetxattr(dfd, "trusted.overlay.opaque", "y", 1,
+                                      0) < 0) ||
+        fsetxattr(dfd, "user.overlay.opaque", "y", 1, 0) < 0)
       ret = dsec_fail(&err, errno, "cannot mark %s opaque", opq.v[i]);
     if (dfd >= 0)
       close(dfd);
@@ -895,6 +1203,7 @@ struct creator {
   struct archive *disk;
   struct archive_entry_linkresolver *links;
   const struct dsec_tar_source *src;
+  struct dsec_tar_create_stats *cs;
 };
 
 static bool excluded(const struct dsec_tar_source *s, const char *rel,
@@ -917,6 +1226,7 @@ static int write_entry(struct creator *c, struct archive_entry *e, int fd,
       return dsec_fail(err, archive_errno(c->w), "%s: %s",
                        archive_entry_pathname(cur),
                        archive_error_string(c->w));
+    c->cs->entries++;
     if (cur == e && fd >= 0 && archive_entry_size(cur) > 0) {
       char buf[65536];
       ssize_t n;
@@ -946,42 +1256,15 @@ static void shift_ids(struct archive_entry *e, unsigned shift)
                                                                : 65534);
 }
 
-static bool overlay_xattr(const char *name)
-{
-  return dsec_str_has_prefix(name, "trusted.overlay.") ||
-         dsec_str_has_prefix(name, "user.overlay.");
-}
-
-static void drop_overlay_xattrs(struct archive_entry *e)
-{
-  const char *name;
-  const void *value;
-  size_t size;
-  struct archive_entry *keep = archive_entry_new();
-  bool any = false;
-
-  archive_entry_xattr_reset(e);
-  while (archive_entry_xattr_next(e, &name, &value, &size) == ARCHIVE_OK) {
-    if (overlay_xattr(name))
-      any = true;
-    else
-      archive_entry_xattr_add_entry(keep, name, value, size);
-  }
-  if (any) {
-    archive_entry_xattr_clear(e);
-    archive_entry_xattr_reset(keep);
-    while (archive_entry_xattr_next(keep, &name, &value, &size) == ARCHIVE_OK)
-      archive_entry_xattr_add_entry(e, name, value, size);
-  }
-  archive_entry_free(keep);
-}
-
-static bool is_opaque(const char *path)
+/* Only overlayfs sets these on an upper directory: a sandbox that sets
+ * user.overlay.opaque through the overlay gets an escaped
+ * user.overlay.overlay.opaque, which is not matched. */
+static bool is_opaque(int dfd)
 {
   char v[4];
-  ssize_t n = lgetxattr(path, "trusted.overlay.opaque", v, sizeof v);
+  ssize_t n = fgetxattr(dfd, "trusted.overlay.opaque", v, sizeof v);
   if (n <= 0)
-    n = lgetxattr(path, "user.overlay.opaque", v, sizeof v);
+    n = fgetxattr(dfd, "user.overlay.opaque", v, sizeof v);
   return n > 0 && v[0] == 'y';
 }
 
@@ -1003,19 +1286,67 @@ static int add_marker(struct creator *c, const char *arcname,
   return ret;
 }
 
-static int add_tree(struct creator *c, int dirfd, const char *rel,
+static int cmp_names(const void *a, const void *b)
+{
+  return strcmp(*(char *const *) a, *(char *const *) b);
+}
+
+/* The names in directory dfd, sorted (new, NULL-terminated). */
+static char **list_dir(int dfd, size_t *count, struct dsec_error **err)
+{
+  int fd = openat(dfd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  DIR *d = fd < 0 ? NULL : fdopendir(fd);
+  char **v = NULL;
+  size_t n = 0;
+  struct dirent *de;
+
+  if (!d) {
+    if (fd >= 0)
+      close(fd);
+    dsec_fail(err, errno, "cannot read a directory");
+    return NULL;
+  }
+  errno = 0;
+  while ((de = readdir(d))) {
+    if (strcmp(de->d_name, ".") == 0 || strcmp(de->d_name, "..") == 0)
+      continue;
+    v = xrealloc(v, sizeof *v * (n + 2));
+    v[n++] = xstrdup(de->d_name);
+    errno = 0;
+  }
+  if (errno) {
+    dsec_fail(err, errno, "cannot read a directory");
+    for (size_t i = 0; i < n; i++)
+      free(v[i]);
+    free(v);
+    closedir(d);
+    return NULL;
+  }
+  closedir(d);
+  if (!v)
+    v = xzalloc(sizeof *v);
+  v[n] = NULL;
+  qsort(v, n, sizeof *v, cmp_names);
+  *count = n;
+  return v;
+}
+
+/* The tree of directory dfd (rel below the source's dir).  Every name is
+ * looked up in its own directory's descriptor, without following a
+ * symlink, and the file opened is the one that was stat'ed: a tree that
+ * changes under us (a sandbox's writable layer) makes the walk fail, it
+ * never leads it elsewhere. */
+static int add_tree(struct creator *c, int dfd, const char *rel,
                     struct dsec_error **err)
 {
-  struct dirent **names = NULL;
-  int n, ret = 0;
-  _cleanup_free_ char *dirpath =
-    *rel ? xasprintf("%s/%s", c->src->dir, rel) : xstrdup(c->src->dir);
+  size_t n = 0;
+  char **names = list_dir(dfd, &n, err);
+  int ret = 0;
 
-  n = scandir(dirpath, &names, NULL, alphasort);
-  if (n < 0)
-    return dsec_fail(err, errno, "cannot read %s", dirpath);
-  for (int i = 0; i < n; i++) {
-    const char *name = names[i]->d_name;
+  if (!names)
+    return dsec_error_wrap(err, "%s/%s", c->src->dir, rel);
+  for (size_t i = 0; i < n && ret == 0; i++) {
+    const char *name = names[i];
     _cleanup_free_ char *childrel = NULL;
     _cleanup_free_ char *full = NULL;
     _cleanup_free_ char *arcname = NULL;
@@ -1023,27 +1354,31 @@ static int add_tree(struct creator *c, int dirfd, const char *rel,
     struct archive_entry *e;
     struct stat st;
 
-    if (ret < 0 || strcmp(name, ".") == 0 || strcmp(name, "..") == 0)
-      continue;
     childrel = *rel ? xasprintf("%s/%s", rel, name) : xstrdup(name);
     if (excluded(c->src, childrel, name))
       continue;
+    if (c->src->overlay_upper && strncmp(name, ".wh.", 4) == 0) {
+      /* a name the sandbox chose: as an OCI member it would be a
+       * whiteout (of a protected path, say) in whoever resumes it */
+      c->cs->skipped_whiteout_names++;
+      continue;
+    }
     full = xasprintf("%s/%s", c->src->dir, childrel);
-    if (fstatat(dirfd, childrel, &st, AT_SYMLINK_NOFOLLOW) < 0) {
+    if (fstatat(dfd, name, &st, AT_SYMLINK_NOFOLLOW) < 0) {
       ret = dsec_fail(err, errno, "cannot stat %s", full);
       continue;
     }
     if (S_ISSOCK(st.st_mode))
       continue;
-    if (S_ISREG(st.st_mode)) {
-      /* a tree that may change under us (a sandbox's writable layer): no
-       * symlink anywhere on the way, no blocking on a fifo swapped in, and
-       * the same file that was stat'ed */
-      struct open_how how = { .flags = O_RDONLY | O_NONBLOCK | O_CLOEXEC,
-                              .resolve = RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS };
+    if (S_ISREG(st.st_mode) || S_ISDIR(st.st_mode)) {
+      /* no blocking on a fifo swapped in, no symlink followed, and the
+       * same file that was stat'ed */
       struct stat fst;
-      fd = (int) syscall(SYS_openat2, dirfd, childrel, &how, sizeof how);
-      if (fd < 0 || fstat(fd, &fst) < 0 || !S_ISREG(fst.st_mode) ||
+      fd = openat(dfd, name,
+                  O_RDONLY | O_NONBLOCK | O_NOFOLLOW | O_CLOEXEC |
+                    (S_ISDIR(st.st_mode) ? O_DIRECTORY : 0));
+      if (fd < 0 || fstat(fd, &fst) < 0 ||
+          (fst.st_mode & S_IFMT) != (st.st_mode & S_IFMT) ||
           fst.st_ino != st.st_ino || fst.st_dev != st.st_dev) {
         ret = dsec_fail(err, fd < 0 ? errno : ESTALE,
                         "%s changed while it was read", full);
@@ -1065,7 +1400,21 @@ static int add_tree(struct creator *c, int dirfd, const char *rel,
     e = archive_entry_new();
     archive_entry_copy_pathname(e, arcname);
     archive_entry_copy_sourcepath(e, full);
-    if (archive_read_disk_entry_from_file(c->disk, e, fd, &st) < ARCHIVE_WARN) {
+    if (S_ISLNK(st.st_mode)) {
+      /* read here, in its directory: libarchive would go by path */
+      char target[PATH_MAX];
+      ssize_t tl = readlinkat(dfd, name, target, sizeof target);
+      if (tl < 0 || (size_t) tl >= sizeof target) {
+        ret = dsec_fail(err, tl < 0 ? errno : ENAMETOOLONG,
+                        "cannot read the symlink %s", full);
+        archive_entry_free(e);
+        continue;
+      }
+      target[tl] = '\0';
+      archive_entry_copy_stat(e, &st);
+      archive_entry_copy_symlink(e, target);
+    } else if (archive_read_disk_entry_from_file(c->disk, e, fd, &st) <
+               ARCHIVE_WARN) {
       ret = dsec_fail(err, archive_errno(c->disk), "%s: %s", full,
                       archive_error_string(c->disk));
       archive_entry_free(e);
@@ -1079,64 +1428,41 @@ static int add_tree(struct creator *c, int dirfd, const char *rel,
     if (c->src->id_shift)
       shift_ids(e, c->src->id_shift);
     if (c->src->overlay_upper)
-      drop_overlay_xattrs(e);
-    ret = write_entry(c, e, fd, err);
+      remove_xattrs(e, overlay_xattr);
+    ret = write_entry(c, e, S_ISREG(st.st_mode) ? fd : -1, err);
     archive_entry_free(e);
     if (ret == 0 && S_ISDIR(st.st_mode) && c->src->overlay_upper &&
-        is_opaque(full)) {
+        is_opaque(fd)) {
       _cleanup_free_ char *opq = xasprintf("%s/.wh..wh..opq", arcname);
       ret = add_marker(c, opq, &st, err);
     }
     if (ret == 0 && S_ISDIR(st.st_mode))
-      ret = add_tree(c, dirfd, childrel, err);
+      ret = add_tree(c, fd, childrel, err);
   }
-  for (int i = 0; i < n; i++)
+  for (size_t i = 0; i < n; i++)
     free(names[i]);
   free(names);
   return ret;
 }
 
-struct out_cb {
-  dsec_write_fn fn;
-  void *ud;
-  struct dsec_error **err;
-};
-
-static la_ssize_t out_write(struct archive *a, void *ud, const void *buf,
-                            size_t len)
-{
-  struct out_cb *o = ud;
-  if (o->fn(o->ud, buf, len, o->err) < 0) {
-    archive_set_error(a, EIO, "%s", (*o->err) ? (*o->err)->msg : "write failed");
-    return -1;
-  }
-  return (la_ssize_t) len;
-}
-
 int dsec_tar_create(const struct dsec_tar_source *src, size_t n,
                     dsec_write_fn fn, void *ud, bool zstd,
-                    struct dsec_error **err)
+                    struct dsec_tar_create_stats *cs, struct dsec_error **err)
 {
+  struct dsec_tar_create_stats none;
   struct creator c = { 0 };
   struct out_cb out = { fn, ud, err };
   int ret = 0;
 
-  c.w = archive_write_new();
+  c.cs = cs ? cs : &none;
+  memset(c.cs, 0, sizeof *c.cs);
+  c.w = writer_open(&out, zstd, err);
+  if (!c.w)
+    return -1;
   c.disk = archive_read_disk_new();
   archive_read_disk_set_symlink_physical(c.disk);
-  archive_write_set_format_pax_restricted(c.w);
-  archive_write_set_bytes_in_last_block(c.w, 1);
-  if (zstd) {
-    archive_write_add_filter_zstd(c.w);
-    archive_write_set_filter_option(c.w, "zstd", "compression-level", "3");
-  }
   c.links = archive_entry_linkresolver_new();
   archive_entry_linkresolver_set_strategy(c.links, archive_format(c.w));
-  if (archive_write_open(c.w, &out, NULL, out_write, NULL) != ARCHIVE_OK) {
-    ret = dsec_fail(err, archive_errno(c.w), "cannot start archive: %s",
-                    archive_error_string(c.w));
-    goto out;
-  }
   for (size_t i = 0; i < n && ret == 0; i++) {
     _cleanup_close_ int dfd =
       open(src[i].dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
@@ -1176,7 +1502,6 @@ int dsec_tar_create(const struct dsec_tar_source *src, size_t n,
       ret = dsec_fail(err, archive_errno(c.w), "cannot finish archive: %s",
                       archive_error_string(c.w));
   }
-out:
   archive_entry_linkresolver_free(c.links);
   archive_read_free(c.disk);
   archive_write_free(c.w);

@@ -79,6 +79,9 @@
 #define GUEST_GRACE_MS 15000 /* after an exec's timeout, for the agent's answer */
 #define CONSOLE_HEAD (1u << 20) /* console.log keeps the first MiB ... */
 #define CONSOLE_TAIL 65536      /* ... and the last 64 KiB */
+#define CONSOLE_TAIL_FIELD 2048 /* console_tail in the record of a death */
+#define CHECKPOINT_IDLE_MS 60000     /* a guest that sends nothing this long */
+#define CHECKPOINT_TIMEOUT_MS 600000 /* a whole checkpoint's stream */
 
 const char *dsec_vm_qemu(void)
 {
@@ -214,6 +217,9 @@ struct vm {
   double start_ms, last_activity_ms;
   json_int_t ttl_s, idle_s;
   bool ended;
+  /* what QEMU's monitor said of the guest's end: the host's view */
+  bool guest_panicked;      /* GUEST_PANICKED (pvpanic) */
+  char *shutdown_reason;    /* SHUTDOWN's reason ("guest-shutdown", ...) */
 };
 
 static void vm_event(struct vm *v, json_t *ev)
@@ -481,6 +487,12 @@ static json_t *qemu_argv(struct vm *v, struct dsec_vm_boot *boot,
   argv_add(a, "stdio,id=con,signal=off");
   argv_add(a, "-serial");
   argv_add(a, "chardev:con");
+  /* a guest kernel panic reaches us through the monitor (GUEST_PANICKED,
+   * then QEMU shuts down), not through what the guest prints */
+  argv_add(a, "-device");
+  argv_add(a, "pvpanic");
+  argv_add(a, "-action");
+  argv_add(a, "panic=shutdown");
   argv_add(a, "-chardev");
   argv_add(a, "socket,id=agent,fd=3");
   argv_add(a, "-device");
@@ -740,6 +752,21 @@ static _Noreturn void qemu_child(struct vm *vm, json_t *argv, int fds[5],
 static char qbuf[65536];
 static size_t qlen;
 
+/* An event QEMU sent: the ones that tell how the guest ended are kept. */
+static void qmp_note(struct vm *v, json_t *m)
+{
+  const char *ev = json_string_value(json_object_get(m, "event"));
+  const char *reason;
+  if (!ev)
+    return;
+  if (strcmp(ev, "GUEST_PANICKED") == 0)
+    v->guest_panicked = true;
+  reason = json_string_value(json_object_get(json_object_get(m, "data"),
+                                             "reason"));
+  if (strcmp(ev, "SHUTDOWN") == 0 && reason && !v->shutdown_reason)
+    v->shutdown_reason = xstrdup(reason);
+}
+
 static json_t *qmp_read(struct vm *v, int timeout_ms)
 {
   double end = dsec_now_ms() + timeout_ms;
@@ -750,15 +777,18 @@ static json_t *qmp_read(struct vm *v, int timeout_ms)
       json_t *m = json_loadb(qbuf, n, 0, NULL);
       memmove(qbuf, nl + 1, qlen - n - 1);
       qlen -= n + 1;
-      if (m)
+      if (m) {
+        qmp_note(v, m);
         return m;
+      }
       continue;
     }
     {
       struct pollfd pf = { v->qmp, POLLIN, 0 };
       int left = (int) (end - dsec_now_ms());
       ssize_t r;
-      if (left <= 0 || poll(&pf, 1, left) <= 0)
+      /* past the deadline, what is there already is still read */
+      if (poll(&pf, 1, left > 0 ? left : 0) <= 0)
         return NULL;
       r = read(v->qmp, qbuf + qlen, sizeof qbuf - qlen);
       if (r <= 0)
@@ -959,6 +989,7 @@ static void console_flush(struct vm *v)
 
 /* ---- the agent */
 
+static char *death_cause(struct vm *v, int status);
 static bool agent_read(struct vm *v);
 
 static int agent_send(struct vm *v, json_t *m, const char *payload, size_t plen)
@@ -1033,17 +1064,16 @@ static bool agent_read(struct vm *v)
 }
 
 /* The next whole message: header (new) and its payload (borrowed until
- * agent_consume). */
-/* The next whole message: header (new) and its payload (borrowed until
- * agent_consume).  The guest writes these: a header past 64 KiB or a
- * length outside 0..64 MiB is a protocol violation (*bad), and the VM is
- * ended rather than trusted. */
+ * agent_consume): stdout_len + stderr_len bytes (a result) or data_len
+ * (a piece of a checkpoint's stream).  The guest writes these: a header
+ * past 64 KiB or a length outside 0..64 MiB is a protocol violation
+ * (*bad), and the VM is ended rather than trusted. */
 static json_t *agent_next(struct vm *v, const char **payload, size_t *plen,
                           size_t *used, bool *bad)
 {
   char *nl = v->alen ? memchr(v->abuf, '\n', v->alen) : NULL;
   size_t hl, need;
-  json_int_t ol, el;
+  json_int_t ol, el, dl;
   json_t *m;
   *bad = false;
   if (!nl) {
@@ -1054,13 +1084,15 @@ static json_t *agent_next(struct vm *v, const char **payload, size_t *plen,
   m = json_loadb(v->abuf, hl, 0, NULL);
   ol = json_integer_value(json_object_get(m, "stdout_len"));
   el = json_integer_value(json_object_get(m, "stderr_len"));
-  if (hl > AGENT_HEADER_MAX || ol < 0 || el < 0 || ol > (json_int_t) MSG_MAX ||
-      el > (json_int_t) MSG_MAX) {
+  dl = json_integer_value(json_object_get(m, "data_len"));
+  if (hl > AGENT_HEADER_MAX || ol < 0 || el < 0 || dl < 0 ||
+      ol > (json_int_t) MSG_MAX || el > (json_int_t) MSG_MAX ||
+      dl > (json_int_t) MSG_MAX) {
     json_decref(m);
     *bad = true;
     return NULL;
   }
-  need = (size_t) ol + (size_t) el;
+  need = (size_t) ol + (size_t) el + (size_t) dl;
   if (v->alen - hl - 1 < need) {
     json_decref(m);
     return NULL;
@@ -1110,8 +1142,11 @@ static json_t *agent_wait(struct vm *v, const char *op, int timeout_ms,
         return NULL;
       }
       if (waitpid(v->qemu, &st, WNOHANG) == v->qemu) {
+        _cleanup_free_ char *cause = NULL;
         v->qemu = 0;
-        dsec_fail(err, 0, "the VM ended while starting (see console.log)");
+        cause = death_cause(v, st);
+        dsec_fail(err, 0, "the VM ended while starting: %s (see console.log)",
+                  cause);
         return NULL;
       }
       if (v->console_in >= 0)
@@ -1363,23 +1398,67 @@ static char *qemu_said(struct vm *v)
   return *line ? xstrdup(line) : NULL;
 }
 
-static char *console_cause(struct vm *v)
+/* The end of the guest's console (new; NULL when there is none): the
+ * guest's own words, kept beside a death's cause (console_tail), never
+ * taken for it: a guest can print any line it likes. */
+static char *console_tail(struct vm *v, size_t max)
 {
   _cleanup_free_ char *path = xasprintf("%s/console.log", v->dir);
-  size_t len = 0;
-  _cleanup_free_ char *text = dsec_read_file_at(AT_FDCWD, path, 1 << 20, &len, NULL);
-  char *p;
-  if (!text)
+  _cleanup_close_ int fd = open(path, O_RDONLY | O_CLOEXEC);
+  char *buf;
+  struct stat st;
+  ssize_t n;
+  size_t len;
+  json_t *j;
+
+  if (fd < 0 || fstat(fd, &st) < 0 || st.st_size == 0)
     return NULL;
-  if ((p = strstr(text, "Kernel panic"))) {
-    p[strcspn(p, "\r\n")] = '\0';
-    return xasprintf("guest kernel panic: %s", p);
+  buf = xmalloc(max + 1);
+  n = pread(fd, buf, max, st.st_size > (off_t) max ? st.st_size - (off_t) max
+                                                   : 0);
+  if (n <= 0) {
+    free(buf);
+    return NULL;
   }
-  if ((p = strstr(text, "dsec-agent: fatal: "))) {
-    p[strcspn(p, "\r\n")] = '\0';
-    return xstrdup(p);
+  len = (size_t) n;
+  while (len > 0 && (buf[len - 1] == '\n' || buf[len - 1] == '\r' ||
+                     buf[len - 1] == ' '))
+    len--;
+  /* whole lines, as valid UTF-8 */
+  {
+    char *start = len == max ? memchr(buf, '\n', len) : NULL;
+    size_t off = start ? (size_t) (start - buf) + 1 : 0;
+    j = dsec_json_utf8(buf + off, len - off);
   }
-  return NULL;
+  free(buf);
+  buf = xstrdup(json_string_value(j));
+  json_decref(j);
+  return buf;
+}
+
+/* Why the VM ended, as the host saw it (new): QEMU's monitor (a
+ * pvpanic's GUEST_PANICKED, SHUTDOWN's reason), the cgroup's OOM
+ * killer, and QEMU's wait status.  What the guest printed on its console
+ * never decides it. */
+static char *death_cause(struct vm *v, int status)
+{
+  json_t *m;
+  /* the events QEMU wrote before it went are still in the socket */
+  while (v->qmp >= 0 && (m = qmp_read(v, 0)))
+    json_decref(m);
+  if (v->guest_panicked ||
+      (v->shutdown_reason && strcmp(v->shutdown_reason, "guest-panic") == 0))
+    return xstrdup("guest kernel panic (pvpanic)");
+  if (WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL && v->cg &&
+      dsec_cgroup_oom_kills(v->cg) > 0)
+    return xstrdup("out of memory: QEMU went past the VM's memory limit");
+  if (v->shutdown_reason && strcmp(v->shutdown_reason, "guest-shutdown") == 0)
+    return xstrdup("the guest powered off");
+  if (v->shutdown_reason && strcmp(v->shutdown_reason, "guest-reset") == 0)
+    return xstrdup("the guest rebooted");
+  if (WIFSIGNALED(status))
+    return xasprintf("QEMU was killed by signal %d", WTERMSIG(status));
+  return xasprintf("QEMU exited with status %d", WEXITSTATUS(status));
 }
 
 static _Noreturn void vm_end(struct vm *v, const char *state, const char *cause)
@@ -1403,10 +1482,21 @@ static _Noreturn void vm_end(struct vm *v, const char *state, const char *cause)
   json_object_set_new(v->state, "ended", json_string(now));
   if (cause)
     json_object_set_new(v->state, "cause", json_string(cause));
+  if (strcmp(state, "died") == 0) {
+    /* the guest's last words, for a person: labelled as such */
+    _cleanup_free_ char *tail = console_tail(v, CONSOLE_TAIL_FIELD);
+    if (tail)
+      json_object_set_new(v->state, "console_tail", json_string(tail));
+  }
   vm_write_state(v);
-  if (strcmp(state, "died") == 0 || strcmp(state, "expired") == 0)
-    vm_event(v, json_pack("{s:s, s:s}", "type", state, "cause",
-                          cause ? cause : state));
+  if (strcmp(state, "died") == 0 || strcmp(state, "expired") == 0) {
+    json_t *ev = json_pack("{s:s, s:s}", "type", state, "cause",
+                           cause ? cause : state);
+    if (json_object_get(v->state, "console_tail"))
+      json_object_set(ev, "console_tail",
+                      json_object_get(v->state, "console_tail"));
+    vm_event(v, ev);
+  }
   if (v->audit)
     dsec_audit_finish(v->audit);
   if (v->run_fd >= 0)
@@ -1423,14 +1513,7 @@ static void qemu_exited(struct vm *v)
     return;
   v->qemu = 0;
   console_flush(v);
-  cause = console_cause(v);
-  if (!cause && WIFSIGNALED(st) && WTERMSIG(st) == SIGKILL &&
-      dsec_cgroup_oom_kills(v->cg) > 0)
-    cause = xstrdup("out of memory: QEMU went past the VM's memory limit");
-  if (!cause)
-    cause = WIFSIGNALED(st) ? xasprintf("QEMU was killed by signal %d", WTERMSIG(st))
-                            : xasprintf("the VM stopped (QEMU exited with %d)",
-                                        WEXITSTATUS(st));
+  cause = death_cause(v, st);
   vm_end(v, "died", cause);
 }
 
@@ -1504,84 +1587,138 @@ static json_t *vm_snapshot(struct vm *v)
                    v->traj.last_seq ? v->traj.last_seq : json_null());
 }
 
-/* Asks the agent to freeze or thaw the writable disk's file system and
- * waits for its answer. */
-static int agent_freeze(struct vm *v, bool freeze, struct dsec_error **err)
+/* checkpoint: the writable layer (the overlay's upper directory on the
+ * VM's disk) as a layer in the store.  The host neither mounts the disk
+ * nor reads the guest's file system: the agent stops the guest's
+ * processes, freezes the disk's file system and writes the upper
+ * directory as a tar stream over its port ("checkpoint_data" messages,
+ * then "checkpoint_end"), and we import it as an untrusted tarball
+ * (dsec_checkpoint_import).  The stream is bounded by the disk's size and
+ * by time; a guest that breaks either fails the checkpoint, and the VM
+ * goes on. */
+struct guest_producer {
+  struct vm *v;
+  json_int_t id;
+  uint64_t max;
+  bool frozen; /* the agent says it stopped the processes and froze */
+  bool ended;  /* its checkpoint_end came */
+};
+
+/* Whether QEMU ended, without collecting it (SIGCHLD's handler will). */
+static bool qemu_gone(struct vm *v)
 {
-  json_t *m;
-  const char *why;
-  if (agent_send(v, json_pack("{s:s, s:i}", "op", freeze ? "freeze" : "thaw",
-                              "id", 0), NULL, 0) < 0)
-    return dsec_fail(err, errno, "cannot reach the guest agent");
-  m = agent_wait(v, freeze ? "frozen" : "thawed", 60000, err);
-  if (!m)
-    return -1;
-  why = json_string_value(json_object_get(m, "error"));
-  if (why)
-    dsec_fail(err, 0, "the guest cannot %s its disk: %s",
-              freeze ? "freeze" : "thaw", why);
-  json_decref(m);
-  return why ? -1 : 0;
+  siginfo_t si = { 0 };
+  return v->qemu > 0 &&
+         waitid(P_PID, (id_t) v->qemu, &si, WEXITED | WNOHANG | WNOWAIT) == 0 &&
+         si.si_pid == v->qemu;
 }
 
-/* checkpoint: the writable layer (the upper directory on the VM's disk)
- * as a layer in the store.  The guest freezes that file system (its
- * journal flushed, clean on disk), the host reads the image through a
- * read-only loop device in our own mount namespace, dsec-layer takes the
- * upper directory, and the guest thaws. */
+static int guest_produce(void *ud, int fd, json_t **stats,
+                         struct dsec_error **err)
+{
+  struct guest_producer *g = ud;
+  struct vm *v = g->v;
+  double end = dsec_now_ms() + CHECKPOINT_TIMEOUT_MS;
+  double idle = dsec_now_ms() + CHECKPOINT_IDLE_MS;
+  uint64_t got = 0;
+
+  if (agent_send(v, json_pack("{s:s, s:I}", "op", "checkpoint", "id", g->id),
+                 NULL, 0) < 0)
+    return dsec_fail(err, errno, "cannot reach the guest agent");
+  for (;;) {
+    const char *p;
+    size_t pl, used;
+    json_t *m;
+    bool bad;
+
+    while ((m = agent_next(v, &p, &pl, &used, &bad))) {
+      const char *op = json_string_value(json_object_get(m, "op")) ?: "";
+      bool ours = json_integer_value(json_object_get(m, "id")) == g->id;
+      int ret = 0;
+
+      if (ours && strcmp(op, "checkpoint_data") == 0) {
+        idle = dsec_now_ms() + CHECKPOINT_IDLE_MS;
+        got += pl;
+        if (got > g->max)
+          ret = dsec_fail(err, EFBIG, "the guest sent more than %llu bytes "
+                                      "for a disk of that size",
+                          (unsigned long long) g->max);
+        else if (dsec_write_all(fd, p, pl, err) < 0)
+          ret = dsec_error_wrap(err, "cannot pass the guest's stream on");
+      } else if (ours && strcmp(op, "checkpoint_end") == 0) {
+        const char *why = json_string_value(json_object_get(m, "error"));
+        json_t *k = json_object_get(m, "skipped_whiteout_names");
+        g->ended = true;
+        if (why)
+          ret = dsec_fail(err, 0, "the guest could not write its layer: %s",
+                          why);
+        else {
+          g->frozen = json_is_true(json_object_get(m, "frozen"));
+          /* the guest's count, as the guest says */
+          *stats = json_pack("{s:I}", "skipped_whiteout_names",
+                             json_is_integer(k) && json_integer_value(k) >= 0
+                               ? json_integer_value(k) : 0);
+          ret = 1;
+        }
+      }
+      /* anything else (a late piece of an earlier checkpoint) is dropped */
+      json_decref(m);
+      agent_consume(v, used);
+      if (ret != 0)
+        return ret < 0 ? -1 : 0;
+    }
+    if (bad)
+      return dsec_fail(err, EPROTO, "the guest agent broke its protocol");
+    {
+      struct pollfd pf = { v->agent, POLLIN, 0 };
+      double now = dsec_now_ms();
+      int left = (int) ((idle < end ? idle : end) - now);
+      if (left <= 0)
+        return dsec_fail(err, ETIMEDOUT, now >= end
+                           ? "the guest's stream did not end within %d s"
+                           : "the guest sent nothing for %d s",
+                         (now >= end ? CHECKPOINT_TIMEOUT_MS
+                                     : CHECKPOINT_IDLE_MS) / 1000);
+      if (qemu_gone(v))
+        return dsec_fail(err, 0, "the VM ended during the checkpoint");
+      if (v->console_in >= 0)
+        console_read(v);
+      if (poll(&pf, 1, left < 200 ? left : 200) > 0 && !agent_read(v))
+        return dsec_fail(err, 0, "QEMU closed the agent's port");
+    }
+  }
+}
+
 static json_t *vm_checkpoint(struct vm *v, const char *name)
 {
   struct dsec_error *err = NULL;
-  _cleanup_free_ char *mnt = xasprintf("%s/checkpoint", v->run);
-  _cleanup_free_ char *upper = xasprintf("%s/upper", mnt);
-  _cleanup_free_ char *disk = xasprintf("%s/disk.img", v->dir);
-  _cleanup_free_ char *dev = NULL;
-  _cleanup_close_ int fd = -1;
-  _cleanup_close_ int loop = -1;
   _cleanup_json_ json_t *layer = NULL;
-  bool mounted = false;
+  _cleanup_json_ json_t *stats = NULL;
+  json_int_t mb = json_integer_value(json_object_get(
+    json_object_get(v->spec, "resources"), "disk_mb"));
+  struct guest_producer g = { v, (json_int_t) ++v->next_xid, 0, false,
+                              false };
+  struct dsec_checkpoint_opts co = { name, json_object_get(v->spec, "protect"),
+                                     0 };
   json_t *r;
 
   if (v->njobs > 0) {
     dsec_fail(&err, EBUSY, "execs are running; checkpoint when they end");
     return dsec_ctl_op_error(err);
   }
-  if (agent_freeze(v, true, &err) < 0) {
-    agent_freeze(v, false, NULL); /* a late freeze must not stay */
+  /* the stream of a full disk: its files, and a header or two each */
+  g.max = ((uint64_t) (mb > 0 ? mb : 2048) << 21) + (16u << 20);
+  co.max_size = g.max;
+  layer = dsec_checkpoint_import(&co, guest_produce, &g, &stats, &err);
+  if (!layer) {
+    /* the agent need not send (and keep the guest stopped for) the rest */
+    if (!g.ended)
+      agent_send(v, json_pack("{s:s, s:I}", "op", "checkpoint_abort", "id",
+                              g.id), NULL, 0);
     return dsec_ctl_op_error(err);
-  }
-  /* and the VM paused while we read: the guest's word that it froze is
-   * not what keeps the disk still */
-  if (qmp_simple(v, "stop", &err) < 0) {
-    agent_freeze(v, false, NULL);
-    return dsec_ctl_op_error(err);
-  }
-  fd = open(disk, O_RDONLY | O_CLOEXEC);
-  if (fd < 0)
-    dsec_fail(&err, errno, "cannot open %s", disk);
-  else if ((dev = dsec_loop_attach(fd, &loop, &err))) {
-    mkdir(mnt, 0700);
-    if (mount(dev, mnt, "ext4", MS_RDONLY | MS_NODEV | MS_NOSUID | MS_NOEXEC,
-              "noload") < 0)
-      dsec_fail(&err, errno, "cannot mount the VM's disk");
-    else
-      mounted = true;
-  }
-  /* the guest's ids are the disk's: no shift */
-  if (mounted)
-    layer = dsec_checkpoint_layer(upper, 0, name, &err);
-  if (mounted)
-    umount2(mnt, MNT_DETACH);
-  rmdir(mnt);
-  {
-    /* both, whatever happened: a guest is never left paused or frozen */
-    bool cont = qmp_simple(v, "cont", layer ? &err : NULL) == 0;
-    bool thawed = agent_freeze(v, false, layer ? &err : NULL) == 0;
-    if (!layer || !cont || !thawed)
-      return dsec_ctl_op_error(err);
   }
   r = dsec_checkpoint_record(&v->traj, v->audit, v->id, v->state, layer,
-                             true, &err);
+                             stats, g.frozen, &err);
   if (!r)
     return dsec_ctl_op_error(err);
   vm_write_state(v);
@@ -1844,7 +1981,8 @@ _Noreturn void dsec_vm_supervisor_main(struct dsec_container_opts *o)
     dsec_fail(&err, EPERM, "dsec-vm needs root (QEMU's containment)");
     goto fail;
   }
-  /* mounts of our own (a checkpoint reads the VM's disk), gone with us */
+  /* a mount namespace of our own: whatever is mounted for QEMU's root
+   * goes with us */
   if (unshare(CLONE_NEWNS) < 0 ||
       mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) < 0) {
     dsec_fail(&err, errno, "cannot create a mount namespace");
@@ -2069,11 +2207,18 @@ _Noreturn void dsec_vm_supervisor_main(struct dsec_container_opts *o)
     ready = agent_wait(v, "ready", BOOT_TIMEOUT_MS, &err);
   }
   if (!ready) {
-    _cleanup_free_ char *cause = NULL;
+    _cleanup_free_ char *tail = NULL;
     console_flush(v);
-    cause = console_cause(v);
-    if (cause)
-      dsec_error_wrap(&err, "%s", cause);
+    tail = console_tail(v, 256);
+    if (tail && err) {
+      /* the guest's words, labelled: a hint for a person, not a cause */
+      char *nl = strrchr(tail, '\n');
+      _cleanup_free_ char *msg =
+        xasprintf("%s; console.log ends (guest text): \"%s\"", err->msg,
+                  nl ? nl + 1 : tail);
+      free(err->msg);
+      err->msg = steal_pointer(&msg);
+    }
     goto fail;
   }
   if (json_array_size(json_object_get(ready, "missing"))) {

@@ -22,7 +22,7 @@
 
 /* Part of every key: bump it whenever what is built from the same inputs
  * changes (the initramfs layout, the module list, the extraction). */
-#define VM_FORMAT "dsec-vm-boot/1"
+#define VM_FORMAT "dsec-vm-boot/2"
 
 #define KERNEL_MAX ((size_t) 1 << 30) /* room for an unstripped vmlinux */
 #define AGENT_MAX ((size_t) 256 << 20)
@@ -52,6 +52,13 @@ static const char *const guest_modules[] = {
   "erofs",
   "overlay",
   "ext4",
+};
+
+/* Loaded when the kernel has them: QEMU's pvpanic device (ACPI
+ * QEMU0001), so that a guest's kernel panic reaches the host through the
+ * monitor; without it a panic reads as a reboot. */
+static const char *const guest_modules_optional[] = {
+  "pvpanic_mmio",
 };
 
 static uint16_t le16(const unsigned char *p)
@@ -725,6 +732,14 @@ static int inputs_read(struct inputs *in, const struct kernel *k,
   for (size_t i = 0; i < ARRAY_SIZE(guest_modules); i++) {
     ret = place(&in->db, guest_modules[i], NULL, k->moddir, k->status,
                 &in->order, err);
+    if (ret < 0)
+      return ret;
+  }
+  for (size_t i = 0; i < ARRAY_SIZE(guest_modules_optional); i++) {
+    const char *name = guest_modules_optional[i];
+    if (!moddb_find(&in->db, name) && !moddb_builtin(&in->db, name))
+      continue;
+    ret = place(&in->db, name, NULL, k->moddir, k->status, &in->order, err);
     if (ret < 0)
       return ret;
   }

@@ -300,6 +300,70 @@ EOF
   assert_imports "$f" --keep-setuid
 }
 
+@test "bad input: overlayfs metadata xattrs (trusted.overlay.*, user.overlay.*, escaped or not)" {
+  local f x
+  for x in trusted.overlay.redirect trusted.overlay.opaque user.overlay.opaque \
+    user.overlay.overlay.opaque; do
+    f=$(evil ovl.tar overlay-xattr "$x" y)
+    assert_rejected "$f" "overlay metadata"
+    [[ $stderr == *"$x"* ]]
+  done
+}
+
+@test "--strip-overlay and --strip-setuid: what they remove is counted, and a materialised layer has none of it" {
+  local f digest path
+  f=$(evil ovl.tar overlay-xattr trusted.overlay.redirect /etc)
+  run -0 --separate-stderr dsec-layer create --tar "$f" --strip-overlay
+  jq -e '.stripped_overlay_xattrs == 1 and .stripped_setuid == 0' <<<"$output"
+  f=$(evil both.tar mode 6755)
+  run -0 --separate-stderr dsec-layer create --tar "$f" --strip-setuid
+  jq -e '.stripped_setuid == 1 and .stripped_setgid == 1 and .keep_setuid == false' <<<"$output"
+  f=$(evil caps.tar caps libarchive)
+  run -0 --separate-stderr dsec-layer create --tar "$f" --strip-setuid
+  jq -e '.stripped_capabilities == 1 and .compression == "zstd"' <<<"$output"
+  digest=$(jq -r .digest <<<"$output")
+  if [ "$(id -u)" -eq 0 ]; then
+    run -0 --separate-stderr dsec-layer materialise "$digest"
+    path=$(jq -r .path <<<"$output")
+    [ "$(stat -c %a "$path/bin/ping")" = 755 ]
+    run getfattr -n security.capability "$path/bin/ping"
+    [ "$status" -ne 0 ]
+  fi
+  # the same stream without the option: refused as before
+  export DSEC_ROOT="$BATS_TEST_TMPDIR/root2"
+  assert_rejected "$f" "file capabilities"
+  assert_nothing_outside
+}
+
+@test "--protect: a layer that would change a protected path is refused (3)" {
+  local src f
+  src=$BATS_TEST_TMPDIR/src
+  mkdir -p "$src/srv/grader" "$src/etc"
+  echo x >"$src/srv/grader/answer"
+  echo y >"$src/etc/hostname"
+  tar -C "$src" -cf "$BATS_TEST_TMPDIR/at.tar" srv etc
+  run -3 --separate-stderr dsec-layer create --tar "$BATS_TEST_TMPDIR/at.tar" --protect /srv/grader
+  [[ $stderr == *"protected path /srv/grader"* ]]
+  # a whiteout of it, of a parent, an opaque parent, a parent replaced
+  tar -C "$src" -cf "$BATS_TEST_TMPDIR/ok.tar" etc
+  run -0 --separate-stderr dsec-layer create --tar "$BATS_TEST_TMPDIR/ok.tar" --protect /srv/grader
+  for f in srv/.wh.grader .wh.srv srv/.wh..wh..opq; do
+    rm -rf "$src" && mkdir -p "$src/$(dirname "$f")" && : >"$src/$f"
+    tar -C "$src" -cf "$BATS_TEST_TMPDIR/wh.tar" .
+    run -3 --separate-stderr dsec-layer create --tar "$BATS_TEST_TMPDIR/wh.tar" --protect /srv/grader
+    [[ $stderr == *"protected path /srv/grader"* ]] || { echo "$f: $stderr" >&2; false; }
+  done
+  rm -rf "$src" && mkdir -p "$src" && ln -s /tmp "$src/srv"
+  tar -C "$src" -cf "$BATS_TEST_TMPDIR/ln.tar" srv
+  run -3 --separate-stderr dsec-layer create --tar "$BATS_TEST_TMPDIR/ln.tar" --protect /srv/grader
+  [[ $stderr == *"a parent of the protected path"* ]]
+  run -2 --separate-stderr dsec-layer create --tar "$BATS_TEST_TMPDIR/ln.tar" --protect srv
+  run -2 --separate-stderr dsec-layer create --tar "$BATS_TEST_TMPDIR/ln.tar" --keep-setuid --strip-setuid
+  run -2 --separate-stderr dsec-layer create --dir "$src" --strip-setuid
+  run -2 --separate-stderr dsec-layer ls --strip-overlay
+  assert_nothing_outside
+}
+
 @test "bad input: member larger than its data" {
   local f
   f=$(evil trunc.tar truncated-member)

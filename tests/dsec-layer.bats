@@ -628,6 +628,29 @@ tree_list() {
   jq_ok '.made == false and .path == $p' --arg p "$root"
 }
 
+@test "materialise: opaque directories get both markers; a rootfs an earlier version made gets user.overlay.opaque added once" {
+  require_root
+  local src digest root
+  src=$BATS_TEST_TMPDIR/src
+  mkdir -p "$src/a"
+  : >"$src/a/.wh..wh..opq"
+  echo new >"$src/a/new"
+  tar -C "$src" -cf "$BATS_TEST_TMPDIR/opq.tar" a
+  run -0 --separate-stderr dsec-layer create --tar "$BATS_TEST_TMPDIR/opq.tar"
+  digest=$(jq -r .digest <<<"$output")
+  run -0 --separate-stderr dsec-layer materialise "$digest"
+  root=$(jq -r .path <<<"$output")
+  [ "$(getfattr --only-values -n trusted.overlay.opaque "$root/a")" = y ]
+  [ "$(getfattr --only-values -n user.overlay.opaque "$root/a")" = y ]
+  # as an earlier version left it: trusted.* only, no mark beside it
+  setfattr -x user.overlay.opaque "$root/a"
+  rm "$root.opaque-user"
+  run -0 --separate-stderr dsec-layer materialise "$digest"
+  jq -e '.made == false' <<<"$output"
+  [ "$(getfattr --only-values -n user.overlay.opaque "$root/a")" = y ]
+  [ -e "$root.opaque-user" ]
+}
+
 @test "materialise of an image materialises each of its layers" {
   local image layer
   run -0 --separate-stderr dsec-pull "tar:$(busybox_tar)"

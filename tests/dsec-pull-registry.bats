@@ -282,7 +282,7 @@ assert_store_has_no_image() {
   run -0 --separate-stderr dsec-layer compose "$REGISTRY/test/big:v1"
 }
 
-@test "materialise turns whiteouts into 0/0 devices and opaque dirs into trusted.overlay.opaque" {
+@test "materialise turns whiteouts into 0/0 devices and opaque dirs into trusted.overlay.opaque and user.overlay.opaque" {
   require_root
   run -0 --separate-stderr dsec-pull --insecure "$REGISTRY/test/layers:v1"
   l2=$(echo "$output" | jq -r '.layers[1].digest')
@@ -291,6 +291,8 @@ assert_store_has_no_image() {
   [ -d "$root" ]
   [ "$(stat -c '%F %t:%T %s' "$root/etc/gone")" = "character special file 0:0 0" ]
   [ "$(python3 -c 'import os, sys; print(os.getxattr(sys.argv[1], "trusted.overlay.opaque").decode())' "$root/a")" = y ]
+  # an overlay with userxattr (containers) reads this one
+  [ "$(python3 -c 'import os, sys; print(os.getxattr(sys.argv[1], "user.overlay.opaque").decode())' "$root/a")" = y ]
   [ "$(cat "$root/a/new")" = new ]
   [ -z "$(find "$(store_dir)/layers" -name '.wh.*')" ]
 }

@@ -240,8 +240,8 @@ qemu_pids() {
   id=$(vm_create)
   q=$(qemu_pids)
   [ -n "$q" ]
-  # the mounts live in the supervisor's mount namespace (a checkpoint's
-  # loop mount, QEMU's root under it): gone when no process holds it
+  # the mounts live in the supervisor's mount namespace (QEMU's root
+  # under it; a checkpoint mounts nothing): gone when no process holds it
   sup=$(dsec-vm inspect "$id" | jq -r .supervisor_pid)
   ns=$(readlink "/proc/$sup/ns/mnt")
   [ "$ns" != "$(readlink /proc/self/ns/mnt)" ]
@@ -258,14 +258,33 @@ qemu_pids() {
   ! losetup -a | grep -q "sandboxes/$id/disk.img"
 }
 
-@test "a guest that panics is reported died, with the panic as its cause" {
+@test "a guest that panics is reported died, the panic as its cause from pvpanic, the console's end beside it" {
   require_vm
   local id
   id=$(vm_create)
   run -125 dsec-vm exec --timeout 60 "$id" -- sh -c 'echo c > /proc/sysrq-trigger'
   sb_wait_state "$id" died 300
-  dsec-vm inspect "$id" | jq -e '.cause | test("panic")'
-  dsec-vm events "$id" | jq -se 'any(.type == "died" and (.cause | test("panic")))'
+  dsec-vm inspect "$id" | jq -e '.cause == "guest kernel panic (pvpanic)" and
+    (.console_tail | test("sysrq"; "i"))'
+  dsec-vm events "$id" | jq -se 'any(.type == "died" and
+    .cause == "guest kernel panic (pvpanic)" and (.console_tail | type) == "string")'
+  [ -z "$(qemu_pids)" ]
+}
+
+@test "a panic line the guest prints decides nothing: a guest that prints one and powers off is reported as powered off" {
+  require_vm
+  local id
+  id=$(vm_create)
+  run dsec-vm exec --timeout 60 "$id" -- sh -c '
+    echo "Kernel panic - not syncing: fake" >/dev/console
+    echo "dsec-agent: fatal: fake" >/dev/console
+    poweroff -f'
+  sb_wait_state "$id" died 300
+  dsec-vm inspect "$id" | jq -e '.cause == "the guest powered off" and
+    (.console_tail | test("Kernel panic - not syncing: fake"))'
+  dsec-vm events "$id" | jq -se 'any(.type == "died" and .cause == "the guest powered off")'
+  ! dsec-vm events "$id" | jq -se 'any(.cause? // "" | test("panic|fatal"))' >/dev/null ||
+    { dsec-vm events "$id" >&2; false; }
   [ -z "$(qemu_pids)" ]
 }
 

@@ -16,6 +16,16 @@
  * raw bytes after the header, so nothing needs escaping in here; the host
  * turns it into the result JSON exactly as the container backend does.
  *
+ * A checkpoint streams the overlay's upper directory as a tar (pax) that
+ * the host imports as it would an untrusted tarball:
+ *
+ *   host:  {"op":"checkpoint","id":N}
+ *   guest: {"op":"checkpoint_data","id":N,"data_len":n} + n bytes, ...
+ *          {"op":"checkpoint_end","id":N,"frozen":b,"entries":..,
+ *           "bytes":..,"skipped_whiteout_names":..,"error":..}
+ *   host:  {"op":"checkpoint_abort","id":N} (it refused the stream: the
+ *          agent stops at the next piece)
+ *
  * Static, on jansson only: the guest has nothing else. */
 #define _GNU_SOURCE
 #include <dirent.h>
@@ -41,12 +51,15 @@
 #include <sys/mount.h>
 #include <sys/prctl.h>
 #include <sys/reboot.h>
+#include <sys/resource.h>
 #include <sys/signalfd.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/utsname.h>
+#include <sys/sysmacros.h>
 #include <sys/wait.h>
+#include <sys/xattr.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -62,7 +75,11 @@
 extern char **environ;
 
 static int port = -1;
-static int rwfd = -1; /* the writable disk's root, for freeze and thaw */
+static int rwfd = -1; /* the writable disk's root, frozen for a checkpoint */
+/* the overlay's upper directory, opened before any command ran: a guest
+ * root that renames it or puts a symlink in its place later changes
+ * nothing of what a checkpoint reads */
+static int upperfd = -1;
 
 static void logmsg(const char *fmt, ...)
 {
@@ -364,6 +381,10 @@ static void setup_root(json_t *setup)
   rwfd = open("/mnt/rw", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   mkdirs("/mnt/rw/upper", 0755);
   mkdirs("/mnt/rw/work", 0755);
+  upperfd = open("/mnt/rw/upper", O_RDONLY | O_DIRECTORY | O_NOFOLLOW |
+                                    O_CLOEXEC);
+  if (upperfd < 0)
+    fatal("cannot open the upper directory");
   if (n == 0) {
     mkdirs("/mnt/empty", 0755);
     o += sprintf(o, "/mnt/empty");
@@ -727,10 +748,510 @@ static void reap(void)
   }
 }
 
-/* ---- requests */
-
+/* what the host sent, not yet handled */
 static char *inbuf;
 static size_t inlen, incap;
+
+/* ---- checkpoint: the upper directory as a tar stream (pax).  A writer
+ * of our own, bounds-checked: libarchive does not link statically here
+ * (no static libacl or liblz4, and its libxml2 drags ICU in), and the host
+ * reads the stream with libarchive and checks every member anyway.  The
+ * walk goes from directory descriptor to directory descriptor and never
+ * follows a symlink; whiteouts (0/0 character devices) become .wh. files,
+ * an opaque directory (trusted.overlay.opaque) gets .wh..wh..opq, overlay
+ * xattrs are left out, and so is a name that starts with ".wh." (the
+ * guest chose it: it would be a whiteout wherever the layer is used). */
+
+#define CK_CHUNK (1u << 20)
+#define CK_XATTR_LIST 65536  /* XATTR_LIST_MAX */
+#define CK_XATTR_VALUE 65536 /* XATTR_SIZE_MAX */
+#define CK_LINK_BUCKETS 4096
+
+struct ck_link {
+  dev_t dev;
+  ino_t ino;
+  char *path;
+  struct ck_link *next;
+};
+
+struct ck {
+  json_int_t id;
+  char abort_msg[96]; /* the host's checkpoint_abort for this id */
+  unsigned char *buf; /* what goes out next, CK_CHUNK at most */
+  size_t len;
+  uint64_t bytes, entries, skipped;
+  struct ck_link *links[CK_LINK_BUCKETS];
+  char *xlist, *xval;
+  char *pax; /* the extended header being built */
+  size_t paxlen, paxcap;
+  char err[512];
+  bool aborted;
+};
+
+static bool port_read(void);
+
+static void ck_flush(struct ck *c)
+{
+  if (!c->len)
+    return;
+  send_msg(json_pack("{s:s, s:I, s:I}", "op", "checkpoint_data", "id", c->id,
+                     "data_len", (json_int_t) c->len),
+           (const char *) c->buf, c->len, NULL, 0);
+  c->len = 0;
+  /* the host may have given up (it refused a member): it says so, and
+   * the guest need not stay stopped for the rest */
+  port_read();
+  if (!c->err[0] && memmem(inbuf, inlen, c->abort_msg, strlen(c->abort_msg))) {
+    snprintf(c->err, sizeof c->err, "the host gave up");
+    c->aborted = true;
+  }
+}
+
+static void ck_put(struct ck *c, const void *p, size_t n)
+{
+  const unsigned char *b = p;
+  while (n > 0) {
+    size_t k = CK_CHUNK - c->len < n ? CK_CHUNK - c->len : n;
+    memcpy(c->buf + c->len, b, k);
+    c->len += k;
+    c->bytes += k;
+    b += k;
+    n -= k;
+    if (c->len == CK_CHUNK)
+      ck_flush(c);
+  }
+}
+
+/* Zeros after n bytes of data, up to the next 512-byte block. */
+static void ck_pad(struct ck *c, uint64_t n)
+{
+  static const unsigned char zero[512];
+  if (n % 512)
+    ck_put(c, zero, 512 - (size_t) (n % 512));
+}
+
+static bool ck_fail(struct ck *c, const char *what, const char *path)
+{
+  if (!c->err[0])
+    snprintf(c->err, sizeof c->err, "%s %s: %s", what, path, strerror(errno));
+  return false;
+}
+
+/* An octal field of w bytes: w - 1 digits and a NUL, or zeros when the
+ * value does not fit (the pax header carries it). */
+static void ck_oct(char *f, size_t w, uint64_t v)
+{
+  char tmp[32];
+  int n = snprintf(tmp, sizeof tmp, "%0*llo", (int) (w - 1),
+                   (unsigned long long) v);
+  if (n < 0 || (size_t) n > w - 1)
+    n = snprintf(tmp, sizeof tmp, "%0*o", (int) (w - 1), 0);
+  memcpy(f, tmp, (size_t) n + 1 <= w ? (size_t) n + 1 : w);
+}
+
+/* A pax record "LEN KEY=VALUE\n", LEN counting its own digits. */
+static void ck_rec(struct ck *c, const char *key, const void *val, size_t vlen)
+{
+  size_t base = strlen(key) + vlen + 3, len = base + 1;
+  char num[24];
+  int d;
+
+  for (;;) {
+    d = snprintf(num, sizeof num, "%zu", len);
+    if (base + (size_t) d == len)
+      break;
+    len = base + (size_t) d;
+  }
+  if (c->paxlen + len > c->paxcap) {
+    size_t cap = (c->paxlen + len) * 2;
+    char *p = realloc(c->pax, cap);
+    if (!p)
+      fatal("out of memory");
+    c->pax = p;
+    c->paxcap = cap;
+  }
+  c->paxlen += (size_t) sprintf(c->pax + c->paxlen, "%s %s=", num, key);
+  memcpy(c->pax + c->paxlen, val, vlen);
+  c->paxlen += vlen;
+  c->pax[c->paxlen++] = '\n';
+}
+
+static void ck_str(struct ck *c, const char *key, const char *val)
+{
+  ck_rec(c, key, val, strlen(val));
+}
+
+static void ck_header(struct ck *c, const char *name, char type, mode_t mode,
+                      uid_t uid, gid_t gid, uint64_t size, time_t mtime,
+                      const char *link, dev_t rdev)
+{
+  unsigned char h[512];
+  unsigned sum = 0;
+  size_t nl = strlen(name);
+
+  memset(h, 0, sizeof h);
+  /* the tail of the name (pax's "path" is the whole of it) */
+  memcpy(h, nl > 99 ? name + nl - 99 : name, nl > 99 ? 99 : nl);
+  ck_oct((char *) h + 100, 8, mode & 07777);
+  ck_oct((char *) h + 108, 8, uid);
+  ck_oct((char *) h + 116, 8, gid);
+  ck_oct((char *) h + 124, 12, size);
+  ck_oct((char *) h + 136, 12, mtime > 0 ? (uint64_t) mtime : 0);
+  memset(h + 148, ' ', 8);
+  h[156] = (unsigned char) type;
+  if (link)
+    memcpy(h + 157, link, strlen(link) > 99 ? 99 : strlen(link));
+  memcpy(h + 257, "ustar", 6);
+  memcpy(h + 263, "00", 2);
+  if (type == '3' || type == '4') {
+    ck_oct((char *) h + 329, 8, major(rdev));
+    ck_oct((char *) h + 337, 8, minor(rdev));
+  }
+  for (size_t i = 0; i < sizeof h; i++)
+    sum += h[i];
+  snprintf((char *) h + 148, 8, "%06o", sum);
+  h[155] = ' ';
+  ck_put(c, h, sizeof h);
+}
+
+static bool needs_binary(const char *s)
+{
+  for (; *s; s++)
+    if ((unsigned char) *s >= 0x80)
+      return true;
+  return false;
+}
+
+/* One member: its pax extended header (with the xattrs ck_xattrs put
+ * there already), then its ustar header. */
+static void ck_entry(struct ck *c, const char *path, char type,
+                     const struct stat *st, uint64_t size, const char *link)
+{
+  char v[64];
+
+  if (needs_binary(path) || (link && needs_binary(link)))
+    ck_str(c, "hdrcharset", "BINARY");
+  ck_str(c, "path", path);
+  if (link)
+    ck_str(c, "linkpath", link);
+  snprintf(v, sizeof v, "%llu", (unsigned long long) size);
+  ck_str(c, "size", v);
+  snprintf(v, sizeof v, "%u", (unsigned) st->st_uid);
+  ck_str(c, "uid", v);
+  snprintf(v, sizeof v, "%u", (unsigned) st->st_gid);
+  ck_str(c, "gid", v);
+  snprintf(v, sizeof v, "%lld.%09ld", (long long) st->st_mtim.tv_sec,
+           (long) st->st_mtim.tv_nsec);
+  ck_str(c, "mtime", v);
+  ck_header(c, "PaxHeader", 'x', 0644, 0, 0, c->paxlen, 0, NULL, 0);
+  ck_put(c, c->pax, c->paxlen);
+  ck_pad(c, c->paxlen);
+  ck_header(c, path, type, st->st_mode, st->st_uid, st->st_gid,
+            type == '0' ? size : 0, st->st_mtim.tv_sec, link, st->st_rdev);
+  c->paxlen = 0;
+  c->entries++;
+}
+
+static bool overlay_xattr(const char *name)
+{
+  return strncmp(name, "trusted.overlay.", 16) == 0 ||
+         strncmp(name, "user.overlay.", 13) == 0;
+}
+
+/* fd's xattrs as SCHILY.xattr records, overlay ones left out; *opaque
+ * when overlayfs marked the directory opaque. */
+static bool ck_xattrs(struct ck *c, int fd, const char *path, bool *opaque)
+{
+  ssize_t n = flistxattr(fd, c->xlist, CK_XATTR_LIST);
+  *opaque = false;
+  if (n < 0)
+    return errno == ENOTSUP ? true
+                            : ck_fail(c, "cannot list the xattrs of", path);
+  for (ssize_t i = 0; i < n;) {
+    const char *name = c->xlist + i;
+    size_t len = strnlen(name, (size_t) (n - i));
+    ssize_t vl;
+    char key[300];
+    if (i + (ssize_t) len >= n)
+      break; /* not NUL-terminated: the end */
+    i += (ssize_t) len + 1;
+    vl = fgetxattr(fd, name, c->xval, CK_XATTR_VALUE);
+    if (strcmp(name, "trusted.overlay.opaque") == 0)
+      *opaque = vl > 0 && c->xval[0] == 'y';
+    if (overlay_xattr(name) || strchr(name, '=') || strchr(name, '\n') ||
+        len > 255)
+      continue;
+    if (vl < 0) {
+      if (errno == ENODATA)
+        continue;
+      return ck_fail(c, "cannot read the xattrs of", path);
+    }
+    snprintf(key, sizeof key, "SCHILY.xattr.%s", name);
+    ck_rec(c, key, c->xval, (size_t) vl);
+  }
+  return true;
+}
+
+static struct ck_link **ck_link_slot(struct ck *c, const struct stat *st)
+{
+  size_t b = (size_t) ((st->st_ino * 31u + st->st_dev) % CK_LINK_BUCKETS);
+  struct ck_link **l = &c->links[b];
+  while (*l && ((*l)->ino != st->st_ino || (*l)->dev != st->st_dev))
+    l = &(*l)->next;
+  return l;
+}
+
+static int ck_cmp(const void *a, const void *b)
+{
+  return strcmp(*(char *const *) a, *(char *const *) b);
+}
+
+/* The names in directory dfd, sorted; NULL on error. */
+static char **ck_list(int dfd, size_t *count)
+{
+  int fd = openat(dfd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  DIR *d = fd < 0 ? NULL : fdopendir(fd);
+  char **v = NULL;
+  size_t n = 0, cap = 0;
+  struct dirent *e;
+
+  if (!d) {
+    if (fd >= 0)
+      close(fd);
+    return NULL;
+  }
+  while ((e = readdir(d))) {
+    if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0)
+      continue;
+    if (n + 1 >= cap) {
+      char **nv;
+      cap = cap ? cap * 2 : 64;
+      nv = realloc(v, cap * sizeof *v);
+      if (!nv)
+        fatal("out of memory");
+      v = nv;
+    }
+    if (!(v[n++] = strdup(e->d_name)))
+      fatal("out of memory");
+  }
+  closedir(d);
+  if (!v && !(v = calloc(1, sizeof *v)))
+    fatal("out of memory");
+  qsort(v, n, sizeof *v, ck_cmp);
+  *count = n;
+  return v;
+}
+
+static bool ck_tree(struct ck *c, int dfd, const char *rel);
+
+/* One name of directory dfd (rel its path in the layer, "" the top). */
+static bool ck_one(struct ck *c, int dfd, const char *rel, const char *name)
+{
+  char *path;
+  struct stat st, fst;
+  bool ok = true, opaque = false;
+  int fd = -1;
+
+  if (strncmp(name, ".wh.", 4) == 0) {
+    c->skipped++;
+    return true;
+  }
+  if (asprintf(&path, "%s%s%s", rel, *rel ? "/" : "", name) < 0)
+    fatal("out of memory");
+  if (fstatat(dfd, name, &st, AT_SYMLINK_NOFOLLOW) < 0) {
+    ok = ck_fail(c, "cannot stat", path);
+    goto out;
+  }
+  if (S_ISREG(st.st_mode) || S_ISDIR(st.st_mode)) {
+    fd = openat(dfd, name, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC |
+                             (S_ISDIR(st.st_mode) ? O_DIRECTORY : 0));
+    if (fd < 0 || fstat(fd, &fst) < 0 || fst.st_ino != st.st_ino ||
+        fst.st_dev != st.st_dev ||
+        (fst.st_mode & S_IFMT) != (st.st_mode & S_IFMT)) {
+      if (fd >= 0)
+        errno = ESTALE;
+      ok = ck_fail(c, "cannot open", path);
+      goto out;
+    }
+  }
+  switch (st.st_mode & S_IFMT) {
+  case S_IFREG: {
+    struct ck_link **l = st.st_nlink > 1 ? ck_link_slot(c, &st) : NULL;
+    uint64_t left = (uint64_t) st.st_size;
+    if (l && *l) {
+      ck_entry(c, path, '1', &st, 0, (*l)->path);
+      break;
+    }
+    if (l) {
+      if (!(*l = calloc(1, sizeof **l)) || !((*l)->path = strdup(path)))
+        fatal("out of memory");
+      (*l)->dev = st.st_dev;
+      (*l)->ino = st.st_ino;
+    }
+    if (!ck_xattrs(c, fd, path, &opaque)) {
+      ok = false;
+      break;
+    }
+    ck_entry(c, path, '0', &st, (uint64_t) st.st_size, NULL);
+    /* exactly the size in the header: a file that shrank (it cannot,
+     * frozen) is padded, one that grew is cut.  Read straight into the
+     * chunk: every copy counts in an emulated guest. */
+    while (left > 0 && !c->aborted) {
+      size_t room = CK_CHUNK - c->len;
+      size_t want = left < room ? (size_t) left : room;
+      ssize_t n = read(fd, c->buf + c->len, want);
+      if (n < 0 && errno == EINTR)
+        continue;
+      if (n < 0) {
+        ok = ck_fail(c, "cannot read", path);
+        break;
+      }
+      if (n == 0) {
+        memset(c->buf + c->len, 0, want);
+        n = (ssize_t) want;
+      }
+      c->len += (size_t) n;
+      c->bytes += (uint64_t) n;
+      left -= (uint64_t) n;
+      if (c->len == CK_CHUNK)
+        ck_flush(c);
+    }
+    ck_pad(c, (uint64_t) st.st_size);
+    break;
+  }
+  case S_IFDIR:
+    if (!ck_xattrs(c, fd, path, &opaque)) {
+      ok = false;
+      break;
+    }
+    ck_entry(c, path, '5', &st, 0, NULL);
+    if (opaque) {
+      char *m;
+      struct stat ms = st;
+      ms.st_mode = S_IFREG;
+      if (asprintf(&m, "%s/.wh..wh..opq", path) < 0)
+        fatal("out of memory");
+      ck_entry(c, m, '0', &ms, 0, NULL);
+      free(m);
+    }
+    ok = ck_tree(c, fd, path);
+    break;
+  case S_IFLNK: {
+    char target[4096];
+    ssize_t n = readlinkat(dfd, name, target, sizeof target);
+    if (n < 0 || (size_t) n >= sizeof target) {
+      if (n >= 0)
+        errno = ENAMETOOLONG;
+      ok = ck_fail(c, "cannot read the symlink", path);
+      break;
+    }
+    target[n] = '\0';
+    ck_entry(c, path, '2', &st, 0, target);
+    break;
+  }
+  case S_IFCHR:
+    if (st.st_rdev == 0) {
+      /* overlayfs's whiteout: the OCI form */
+      char *w;
+      struct stat ws = st;
+      ws.st_mode = S_IFREG;
+      if (asprintf(&w, "%s%s.wh.%s", rel, *rel ? "/" : "", name) < 0)
+        fatal("out of memory");
+      ck_entry(c, w, '0', &ws, 0, NULL);
+      free(w);
+      break;
+    }
+    /* a device node: sent as it is, and the host refuses it */
+    ck_entry(c, path, '3', &st, 0, NULL);
+    break;
+  case S_IFBLK:
+    ck_entry(c, path, '4', &st, 0, NULL);
+    break;
+  case S_IFIFO:
+    ck_entry(c, path, '6', &st, 0, NULL);
+    break;
+  default:
+    break; /* sockets */
+  }
+out:
+  if (fd >= 0)
+    close(fd);
+  free(path);
+  return ok;
+}
+
+static bool ck_tree(struct ck *c, int dfd, const char *rel)
+{
+  size_t n = 0;
+  char **names = ck_list(dfd, &n);
+  bool ok = true;
+
+  if (!names)
+    return ck_fail(c, "cannot read the directory", *rel ? rel : "/");
+  for (size_t i = 0; i < n; i++) {
+    if (ok && !c->aborted)
+      ok = ck_one(c, dfd, rel, names[i]);
+    free(names[i]);
+  }
+  if (c->aborted)
+    ok = false;
+  free(names);
+  return ok;
+}
+
+static void checkpoint(json_t *id)
+{
+  static const unsigned char end[1024];
+  struct ck c = { .id = json_integer_value(id) };
+  bool frozen = false, ok;
+  json_t *m;
+
+  snprintf(c.abort_msg, sizeof c.abort_msg,
+           "{\"op\":\"checkpoint_abort\",\"id\":%lld}", (long long) c.id);
+  c.buf = malloc(CK_CHUNK);
+  c.xlist = malloc(CK_XATTR_LIST);
+  c.xval = malloc(CK_XATTR_VALUE);
+  if (!c.buf || !c.xlist || !c.xval)
+    fatal("out of memory");
+  {
+    /* a deep tree holds a descriptor per level */
+    struct rlimit rl = { 1 << 20, 1 << 20 };
+    setrlimit(RLIMIT_NOFILE, &rl);
+  }
+  /* every process of the guest stopped (not us), then the disk's file
+   * system frozen: nothing changes while it is read */
+  kill(-1, SIGSTOP);
+  sync();
+  frozen = upperfd >= 0 && ioctl(rwfd, FIFREEZE, 0) == 0;
+  ok = upperfd >= 0 ? ck_tree(&c, upperfd, "")
+                    : (snprintf(c.err, sizeof c.err, "no upper directory"),
+                       false);
+  if (ok)
+    ck_put(&c, end, sizeof end);
+  ck_flush(&c);
+  if (frozen)
+    ioctl(rwfd, FITHAW, 0);
+  kill(-1, SIGCONT);
+  m = json_pack("{s:s, s:I, s:b, s:I, s:I, s:I}", "op", "checkpoint_end",
+                "id", c.id, "frozen", frozen, "entries",
+                (json_int_t) c.entries, "bytes", (json_int_t) c.bytes,
+                "skipped_whiteout_names", (json_int_t) c.skipped);
+  if (!ok)
+    json_object_set_new(m, "error", json_string(c.err));
+  send_msg(m, NULL, 0, NULL, 0);
+  for (size_t b = 0; b < CK_LINK_BUCKETS; b++)
+    for (struct ck_link *l = c.links[b], *nx; l; l = nx) {
+      nx = l->next;
+      free(l->path);
+      free(l);
+    }
+  free(c.buf);
+  free(c.xlist);
+  free(c.xval);
+  free(c.pax);
+}
+
+/* ---- requests */
 
 static void handle(json_t *req, const char *payload, size_t plen)
 {
@@ -752,18 +1273,8 @@ static void handle(json_t *req, const char *payload, size_t plen)
     sync();
     send_msg(json_pack("{s:s, s:O}", "op", "synced", "id", id ? id : json_null()),
              NULL, 0, NULL, 0);
-  } else if (strcmp(op, "freeze") == 0 || strcmp(op, "thaw") == 0) {
-    /* a frozen ext4 has its journal flushed and is clean on disk: the host
-     * can read the disk image while the guest waits */
-    bool freeze = strcmp(op, "freeze") == 0;
-    json_t *m = json_pack("{s:s, s:O}", "op", freeze ? "frozen" : "thawed",
-                          "id", id ? id : json_null());
-    if (freeze)
-      sync();
-    if (ioctl(rwfd, freeze ? FIFREEZE : FITHAW, 0) < 0 &&
-        !(freeze ? 0 : errno == EINVAL))
-      json_object_set_new(m, "error", json_string(strerror(errno)));
-    send_msg(m, NULL, 0, NULL, 0);
+  } else if (strcmp(op, "checkpoint") == 0) {
+    checkpoint(id ? id : json_null());
   } else if (strcmp(op, "reseed") == 0) {
     /* a restored VM (a resume, or one fork of many) must not go on with
      * the random state it was saved with: the host's seed is mixed in,

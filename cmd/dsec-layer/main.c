@@ -25,6 +25,9 @@ enum {
   OPT_FORMAT,
   OPT_OVERLAY_UPPER,
   OPT_ID_SHIFT,
+  OPT_STRIP_SETUID,
+  OPT_STRIP_OVERLAY,
+  OPT_PROTECT,
 };
 
 static const struct option long_options[] = {
@@ -38,6 +41,9 @@ static const struct option long_options[] = {
   { "format", required_argument, NULL, OPT_FORMAT },
   { "overlay-upper", no_argument, NULL, OPT_OVERLAY_UPPER },
   { "id-shift", required_argument, NULL, OPT_ID_SHIFT },
+  { "strip-setuid", no_argument, NULL, OPT_STRIP_SETUID },
+  { "strip-overlay", no_argument, NULL, OPT_STRIP_OVERLAY },
+  { "protect", required_argument, NULL, OPT_PROTECT },
   DSEC_COMMON_LONG_OPTIONS,
   { NULL, 0, NULL, 0 },
 };
@@ -49,7 +55,8 @@ static void help(void)
         "\n"
         "Commands:\n"
         "  create (--dir DIR | --tar FILE) [--name NAME@VERSION] [--scrub-git]\n"
-        "         [--keep-setuid] [--max-size SIZE] [--overlay-upper]\n"
+        "         [--keep-setuid | --strip-setuid] [--strip-overlay]\n"
+        "         [--protect PATH]... [--max-size SIZE] [--overlay-upper]\n"
         "         [--id-shift N]\n"
         "                               make a layer from a directory or a "
         "tarball\n"
@@ -78,8 +85,15 @@ static void help(void)
         "      --name=NAME        (create) name the layer NAME@VERSION\n"
         "      --overlay-upper    (create) DIR is an overlayfs upper dir: its\n"
         "                         whiteouts become OCI whiteouts\n"
+        "      --protect=PATH     (create) refuse a layer that would change "
+        "PATH\n"
         "      --scrub-git        (create) keep only the current commit of "
         ".git\n"
+        "      --strip-overlay    (create) with --tar, remove overlay "
+        "metadata xattrs\n"
+        "      --strip-setuid     (create) with --tar, remove setuid/setgid "
+        "bits and file\n"
+        "                         capabilities instead of refusing them\n"
         "      --tar=FILE         (create) the layer's content as a tarball\n"
         "      --version          show the version and exit\n"
         "\n"
@@ -92,6 +106,8 @@ struct options {
   char **args;
   int nargs;
   struct dsec_layer_create_opts create;
+  const char **protect; /* --protect, NULL-terminated */
+  size_t nprotect;
   bool force;
   bool format_set;
   enum dsec_layer_format format;
@@ -109,6 +125,9 @@ static bool option_allowed(const char *cmd, int opt)
   case OPT_MAX_SIZE:
   case OPT_OVERLAY_UPPER:
   case OPT_ID_SHIFT:
+  case OPT_STRIP_SETUID:
+  case OPT_STRIP_OVERLAY:
+  case OPT_PROTECT:
     return strcmp(cmd, "create") == 0;
   case OPT_FORCE:
     return strcmp(cmd, "rm") == 0;
@@ -170,6 +189,21 @@ static int parse_args(int argc, char **argv, struct options *o, bool *exit_now)
     case OPT_OVERLAY_UPPER:
       o->create.overlay_upper = true;
       break;
+    case OPT_STRIP_SETUID:
+      o->create.policy.strip_setuid = true;
+      break;
+    case OPT_STRIP_OVERLAY:
+      o->create.policy.strip_overlay = true;
+      break;
+    case OPT_PROTECT:
+      if (optarg[0] != '/')
+        return dsec_usage_error("--protect takes an absolute path");
+      o->protect = xrealloc(o->protect,
+                            sizeof *o->protect * (o->nprotect + 2));
+      o->protect[o->nprotect++] = optarg;
+      o->protect[o->nprotect] = NULL;
+      o->create.policy.protect = o->protect;
+      break;
     case OPT_ID_SHIFT: {
       uint64_t v;
       if (dsec_parse_uint(optarg, UINT32_MAX, &v) < 0)
@@ -213,13 +247,17 @@ static int parse_args(int argc, char **argv, struct options *o, bool *exit_now)
     static const int all[] = { OPT_DIR,        OPT_TAR,     OPT_NAME,
                                OPT_SCRUB_GIT,  OPT_KEEP_SETUID,
                                OPT_MAX_SIZE,   OPT_FORCE,   OPT_FORMAT,
-                               OPT_OVERLAY_UPPER, OPT_ID_SHIFT };
+                               OPT_OVERLAY_UPPER, OPT_ID_SHIFT,
+                               OPT_STRIP_SETUID, OPT_STRIP_OVERLAY,
+                               OPT_PROTECT };
     bool given[] = { o->create.dir,        o->create.tar,
                      o->create.name,       o->create.scrub_git,
                      o->create.policy.keep_setuid,
                      o->create.policy.max_size != 0,
                      o->force,             o->format_set,
-                     o->create.overlay_upper, o->create.id_shift != 0 };
+                     o->create.overlay_upper, o->create.id_shift != 0,
+                     o->create.policy.strip_setuid,
+                     o->create.policy.strip_overlay, o->nprotect != 0 };
     for (size_t i = 0; i < ARRAY_SIZE(all); i++)
       if (given[i] && !option_allowed(o->cmd, all[i]))
         return dsec_usage_error("%s: option --%s does not apply", o->cmd,
@@ -232,6 +270,13 @@ static int parse_args(int argc, char **argv, struct options *o, bool *exit_now)
         !o->create.dir)
       return dsec_usage_error("create: --scrub-git, --overlay-upper and "
                               "--id-shift need --dir");
+    if ((o->create.policy.strip_setuid || o->create.policy.strip_overlay) &&
+        !o->create.tar)
+      return dsec_usage_error("create: --strip-setuid and --strip-overlay "
+                              "need --tar");
+    if (o->create.policy.strip_setuid && o->create.policy.keep_setuid)
+      return dsec_usage_error("create: --keep-setuid and --strip-setuid "
+                              "exclude each other");
   }
   return 0;
 }
@@ -397,5 +442,6 @@ int main(int argc, char **argv)
   if (dsec_store_open(&store, &err) < 0 || run(store, &o, &err) < 0)
     status = dsec_cli_error(steal_pointer(&err));
   dsec_store_free(store);
+  free(o.protect);
   return dsec_cli_finish(status);
 }

@@ -18,6 +18,8 @@ hostile member is not the first one a reader sees.  Cases:
   device chr|blk MAJOR MINOR   a device node dev/node
   mode OCTAL                   bin/tool with mode OCTAL (setuid, setgid)
   caps schily|libarchive       bin/ping with a security.capability xattr
+  overlay-xattr NAME VALUE     a directory `a` with the xattr NAME (an
+                               overlayfs one: trusted.overlay.redirect ...)
   truncated-member             a member whose header claims more data than
                                the archive holds
   bzip2 | lz4 | lzip | compress
@@ -174,6 +176,15 @@ def case_caps(args):
     return build(m, tarfile.PAX_FORMAT)
 
 
+def case_overlay_xattr(args):
+    pax = {"SCHILY.xattr." + args[0]: args[1]}
+
+    def m(tf):
+        tf.addfile(info("a", tarfile.DIRTYPE, mode=0o755, pax_headers=pax))
+        add_file(tf, "a/file", b"in a\n")
+    return build(m, tarfile.PAX_FORMAT)
+
+
 def case_truncated_member(args):
     # the header claims 1 MiB; one block of data follows, then the file ends
     return (raw_harmless() +
@@ -258,6 +269,7 @@ CASES = {
     "lz4": case_lz4,
     "lzip": case_lzip,
     "compress": case_compress,
+    "overlay-xattr": case_overlay_xattr,
     "random": case_random,
     "json": case_json,
     "empty": case_empty,
