@@ -66,6 +66,7 @@
 #include "audit.h"
 #include "cgroup.h"
 #include "ctl.h"
+#include "engine.h"
 #include "exec.h"
 #include "fsutil.h"
 #include "idrange.h"
@@ -157,44 +158,6 @@ static json_t *msg_recv(int sock, char *buf, size_t cap, int *fds, int *nfds)
     }
   buf[n] = '\0';
   return json_loadb(buf, (size_t) n, 0, NULL);
-}
-
-/* Overwrites our command line (inherited from the dsec-run that forked
- * us) with title, within the space the original one had: `ps` and
- * `pkill -f` then see what this process is, not its creator's command. */
-static void set_cmdline(const char *title)
-{
-  char buf[1024], *p;
-  unsigned long start = 0, end = 0;
-  int fd = open("/proc/self/stat", O_RDONLY | O_CLOEXEC);
-  ssize_t n = fd >= 0 ? read(fd, buf, sizeof buf - 1) : -1;
-
-  if (fd >= 0)
-    close(fd);
-  if (n <= 0)
-    return;
-  buf[n] = '\0';
-  p = strrchr(buf, ')');
-  if (!p)
-    return;
-  /* fields 48 and 49: arg_start, arg_end (field 3 follows the ')') */
-  p += 2;
-  for (int field = 3; field < 48 && p; field++) {
-    p = strchr(p, ' ');
-    if (p)
-      p++;
-  }
-  if (!p || sscanf(p, "%lu %lu", &start, &end) != 2 || end <= start)
-    return;
-  {
-    size_t len = end - start;
-    size_t t = strlen(title);
-    char *area = (char *) (uintptr_t) start;
-    if (t >= len)
-      t = len - 1;
-    memcpy(area, title, t);
-    memset(area + t, 0, len - t);
-  }
 }
 
 /* ---- init */
@@ -910,7 +873,7 @@ _Noreturn static void run_init(struct stage1_args *a)
 
   prctl(PR_SET_PDEATHSIG, SIGKILL);
   prctl(PR_SET_NAME, "dsec-init");
-  set_cmdline("dsec-init");
+  dsec_set_cmdline("dsec-init");
   /* keep only the control socket (fd 3), the root (fd 4) and /dev/null
    * on 0-2 */
   {
@@ -1027,117 +990,36 @@ _Noreturn static void stage1(struct stage1_args *a)
 
 /* ---------------------------------------------------------- supervisor */
 
-enum watch_kind {
-  W_LISTEN,
-  W_SIGNAL,
-  W_INIT,
-  W_CLIENT,
-  W_OUT,
-  W_ERR,
-  W_IN,
-  W_NOTIFY,
-  W_PROXY,
-  W_FANOTIFY,
-  W_XSOCK,
-};
-
-struct watch {
-  enum watch_kind kind;
-  void *p;
-  bool dead; /* its object is gone: events still queued for it are dropped */
-};
-
-struct capture {
-  char *data;
-  size_t len;
-  uint64_t total;
-  int fd;
-  struct watch w;
-  struct job *job;
-  const char *name; /* "stdout" or "stderr" */
-};
+/* The container backend's share of the supervisor (the engine has the
+ * rest): init's control socket, the seccomp listeners, the proxy's port,
+ * the masked-file watch, exclusive execs. */
 
 /* A seccomp listener: the denials of one exec's process tree. */
 struct listener {
   int fd;
-  struct watch w;
+  struct dsec_watch w;
   json_t *seq; /* the exec's seq (owned), or NULL */
 };
 
-struct client;
-
-struct job {
-  uint64_t xid;
-  struct client *cl;
-  json_t *req;      /* the request as recorded in the trajectory */
-  json_t *seq;      /* borrowed from req, or NULL */
-  struct capture out, err;
-  uint64_t cap;
-  int in_fd;
-  struct watch w_in;
-  char *stdin_data;
-  size_t stdin_len, stdin_off;
-  double start, deadline;
-  int64_t oom_before;
-  int64_t pids_before;
-  bool stream; /* send output as it comes (run --attach) */
-  pid_t xpid;  /* an exclusive exec: its relay, our child (else 0) */
-  int xsock;   /* ... and the socket its seccomp listener comes on */
-  struct watch w_xsock;
-  bool timed_out, exited, kill_sent;
-  int status;
-  char *error;
-};
-
-struct client {
-  struct dsec_ctl_client c;
-  struct watch w;
-  struct job *job;
-};
-
 struct sup {
-  const char *id;
-  char *dir, *run;
-  json_t *spec;
-  json_t *state;
-  int epfd, sfd, lsock, isock, events_fd, run_fd;
+  struct dsec_engine *e;
+  int isock;            /* init's control socket */
   pid_t init_pid, stage1_pid;
-  struct dsec_cgroup *cg;
-  struct client **clients;
-  size_t nclients;
-  struct job **jobs;
-  size_t njobs;
-  uint64_t next_xid;
-  json_t *base_env;
-  uid_t uid;
-  gid_t gid;
-  const char *workdir;
-  double start_ms, last_activity_ms;
-  json_int_t ttl_s, idle_s;
   bool fncall;
   bool rootless;        /* not root: a user namespace of our own, no idmaps */
-  bool suspended;       /* frozen: execs wait for resume */
   int proxy_lfd;        /* proxy mode: the sandbox's 127.0.0.1:3128 */
   int fan_fd;           /* fanotify on the mask files, or -1 */
   ino_t *mask_ino;      /* inode of each masked_paths entry's file */
   char *audit_off;      /* why opens of masked files are not recorded */
   json_t *landlock;     /* what Landlock enforces (init's report), or NULL */
-  struct init_ctx *xctx; /* what exclusive execs run with (made once) */
   char *landlock_off;   /* why Landlock is not used at all, or NULL */
-  struct watch w_fan;
-  struct dsec_proxy *proxy;
-  struct watch w_proxy;
-  struct dsec_net_events net; /* network events come from proxy threads */
-  struct dsec_audit *audit;   /* events.jsonl, within its budget */
+  struct init_ctx *xctx; /* what exclusive execs run with (made once) */
+  struct dsec_watch w_init, w_fan, w_proxy;
   uid_t base;           /* the sandbox root's host id (0 rootless) */
+  uid_t count;
   char *upperfs;        /* the disk-limited file system, or NULL */
   struct listener **listeners;
   size_t nlisteners;
-  /* objects closed during an event batch, freed after it (the batch may
-   * still hold events that point at them) */
-  void **graves;
-  size_t ngraves;
-  struct dsec_traj traj;
   struct seccomp_notif *notif;
   struct seccomp_notif_resp *notif_resp;
   double denial_window;   /* start of the current second */
@@ -1147,284 +1029,275 @@ struct sup {
   int processes_in_window;
   uint64_t processes_suppressed;
   bool disk_full_seen;
-  const char *end_state;
-  char *end_cause;
   char *msgbuf;
-  struct watch w_listen, w_signal, w_init;
 };
 
-static void sup_event(struct sup *s, json_t *ev)
-{
-  _cleanup_error_ struct dsec_error *e = NULL;
-  dsec_audit_append(s->audit, ev, &e);
-  json_decref(ev);
-}
-
-/* The first sighting of key of kind: past the rate limits, with a
- * reserve of the budget (audit.h). */
-static void sup_event_first(struct sup *s, json_t *ev, enum dsec_audit_kind kind,
-                            const void *key, size_t len)
-{
-  _cleanup_error_ struct dsec_error *e = NULL;
-  dsec_audit_append_first(s->audit, ev, kind, key, len, &e);
-  json_decref(ev);
-}
-
-static void sup_write_state(struct sup *s)
-{
-  _cleanup_error_ struct dsec_error *e = NULL;
-  if (s->audit)
-    json_object_set_new(s->state, "audit", dsec_audit_status(s->audit));
-  if (dsec_sandbox_state_write(s->id, s->state, &e) < 0)
-    dsec_warn("cannot write state: %s", e->msg);
-}
-
-static int ep_add(struct sup *s, int fd, uint32_t events, struct watch *w)
-{
-  struct epoll_event ev = { .events = events, .data.ptr = w };
-  return epoll_ctl(s->epfd, EPOLL_CTL_ADD, fd, &ev);
-}
-
-/* Replaces invalid UTF-8 with U+FFFD so output always fits in JSON. */
-/* An answer goes whole: the socket blocks for it (SO_SNDTIMEO bounds a
- * client that stops reading to 10 s), then is non-blocking again for
- * reading requests. */
-static void client_write(struct client *cl, json_t *rec)
-{
-  if (cl)
-    dsec_ctl_write(cl->c.fd, rec);
-}
-
-static void bury(struct sup *s, void *p)
-{
-  s->graves = xrealloc(s->graves, sizeof *s->graves * (s->ngraves + 1));
-  s->graves[s->ngraves++] = p;
-}
-
-static void client_close(struct sup *s, struct client *cl)
-{
-  for (size_t i = 0; i < s->nclients; i++)
-    if (s->clients[i] == cl) {
-      s->clients[i] = s->clients[--s->nclients];
-      break;
-    }
-  if (cl->job)
-    cl->job->cl = NULL; /* the job finishes and is recorded all the same */
-  if (cl->c.fd >= 0)
-    close(cl->c.fd);
-  cl->c.fd = -1;
-  cl->w.dead = true;
-  free(cl->c.in);
-  cl->c.in = NULL;
-  bury(s, cl);
-}
-
-/* Streams a chunk of output to the client, base64 so bytes stay bytes. */
-static void stream_chunk(struct capture *c, const char *buf, size_t n)
-{
-  struct job *j = c->job;
-  json_t *m;
-
-  if (!j || !j->stream || !j->cl)
-    return;
-  m = dsec_exec_output(c->name, buf, n);
-  client_write(j->cl, m);
-  json_decref(m);
-}
-
-static void capture_read(struct capture *c, uint64_t cap)
-{
-  char buf[65536];
-  if (c->fd < 0)
-    return;
-  for (;;) {
-    ssize_t n = read(c->fd, buf, sizeof buf);
-    if (n < 0 && errno == EINTR)
-      continue;
-    if (n <= 0) {
-      if (n == 0 || errno != EAGAIN) {
-        close(c->fd);
-        c->fd = -1;
-      }
-      return;
-    }
-    if (c->len < cap) {
-      size_t keep = (size_t) n;
-      if (c->len + keep > cap)
-        keep = (size_t) (cap - c->len);
-      c->data = xrealloc(c->data, c->len + keep + 1);
-      memcpy(c->data + c->len, buf, keep);
-      c->len += keep;
-    }
-    /* a streaming client gets what the cap keeps, no more (the result
-     * counts the rest) */
-    if (c->total < cap)
-      stream_chunk(c, buf, (uint64_t) n < cap - c->total ? (size_t) n
-                                                         : (size_t) (cap - c->total));
-    c->total += (uint64_t) n;
-  }
-}
+/* What the container backend keeps of an exec. */
+struct cjob {
+  int64_t oom_before;   /* the cgroup's OOM kills when it started, or -1 */
+  int64_t pids_before;  /* its refused forks, or -1 */
+  pid_t xpid;           /* an exclusive exec: its relay, our child (else 0) */
+  int xsock;            /* ... and the socket its seccomp listener comes on */
+  struct dsec_watch w_xsock;
+};
 
 static double now_ms(void) { return dsec_now_ms(); }
 
-static void job_free(struct sup *s, struct job *j)
-{
-  if (j->out.fd >= 0)
-    close(j->out.fd);
-  if (j->err.fd >= 0)
-    close(j->err.fd);
-  if (j->in_fd >= 0)
-    close(j->in_fd);
-  if (j->xsock >= 0)
-    close(j->xsock);
-  j->out.fd = j->err.fd = j->in_fd = j->xsock = -1;
-  j->out.w.dead = j->err.w.dead = j->w_in.dead = j->w_xsock.dead = true;
-  free(j->out.data);
-  free(j->err.data);
-  free(j->stdin_data);
-  free(j->error);
-  json_decref(j->req);
-  j->out.data = j->err.data = j->stdin_data = j->error = NULL;
-  j->req = NULL;
-  bury(s, j);
-}
-
-static void client_next(struct sup *s, struct client *cl);
-static bool denial_admit(struct sup *s);
 static int open_in_root(int rfd, const char *path, bool dir, uid_t base,
                         struct dsec_error **err);
+static void listener_add(struct sup *s, int fd, uint64_t xid);
 
 #define DENIALS_PER_SECOND 50
 
-/* Builds the result, records it (trajectory first, fsync'd), answers. */
-static void job_finish(struct sup *s, struct job *j)
+/* ---- execs */
+
+
+/* A job of ours from the engine's. */
+static struct cjob *cjob(struct dsec_job *j)
 {
-  json_t *res;
-  int code, sig = 0;
-  int64_t oom_after;
-  bool oom = false;
+  return j->priv;
+}
 
-  capture_read(&j->out, j->cap);
-  capture_read(&j->err, j->cap);
-  if (j->error)
-    code = DSEC_EXIT_INTERNAL;
-  else if (j->timed_out)
-    code = DSEC_EXIT_TIMEOUT, sig = SIGKILL;
-  else if (WIFSIGNALED(j->status))
-    sig = WTERMSIG(j->status), code = 128 + sig;
-  else
-    code = WEXITSTATUS(j->status);
-  oom_after = s->cg ? dsec_cgroup_oom_kills(s->cg) : -1;
-  if (j->oom_before >= 0 && oom_after > j->oom_before && sig == SIGKILL)
-    oom = true;
-
-  res = dsec_exec_result(s->id, j->seq, code, sig, j->out.data, j->out.len,
-                         j->out.total, j->err.data, j->err.len, j->err.total,
-                         j->timed_out, oom, now_ms() - j->start);
-  if (j->error)
-    json_object_set_new(res, "error", json_string(j->error));
-  {
-    _cleanup_error_ struct dsec_error *e = NULL;
-    if (dsec_traj_append(&s->traj, j->seq, j->req, res, &e) < 0) {
-      /* the result cannot be made durable: say so instead of lying */
-      json_object_set_new(res, "exit_code", json_integer(DSEC_EXIT_INTERNAL));
-      json_object_set_new(res, "error",
-                          json_string("cannot record the result in the "
-                                      "trajectory"));
-    }
+/* Signals every process of an exec.  An exclusive one dies with its
+ * relay (our child) whatever the signal: its processes are out of our
+ * reach (and init's) otherwise. */
+static void job_signal(struct sup *s, struct dsec_job *j, int sig)
+{
+  json_t *m;
+  if (cjob(j)->xpid > 0) {
+    kill(cjob(j)->xpid, SIGKILL);
+    return;
   }
-  dsec_exec_events(s->audit, j->req, res,
-                   j->out.total - j->out.len + j->err.total - j->err.len);
-  if (j->pids_before >= 0) {
-    int64_t hits = dsec_cgroup_pids_max_hits(s->cg);
-    if (hits > j->pids_before)
-      sup_event(s, json_pack("{s:s, s:s, s:O, s:I}", "type", "limit", "limit",
-                             "pids", "seq", j->seq ? j->seq : json_null(),
-                             "refused_forks",
-                             (json_int_t) (hits - j->pids_before)));
-  }
+  m = json_pack("{s:s, s:I, s:i}", "op", "kill", "xid", (json_int_t) j->xid,
+                "signal", sig);
+  msg_send(s->isock, m, NULL, 0);
+  json_decref(m);
+}
 
+static void ctr_signal(struct dsec_engine *e, struct dsec_job *j, int sig)
+{
+  struct sup *s = e->b;
+  json_t *m;
+
+  if (j) {
+    job_signal(s, j, sig);
+    return;
+  }
+  /* every process of the sandbox but init, and every exclusive exec */
+  m = json_pack("{s:s, s:i}", "op", "kill", "signal", sig);
+  msg_send(s->isock, m, NULL, 0);
+  json_decref(m);
+  for (size_t i = 0; i < e->njobs; i++)
+    if (cjob(e->jobs[i])->xpid > 0)
+      job_signal(s, e->jobs[i], SIGKILL);
+}
+
+/* An exec ended: how, as init (or the exclusive exec's relay) says. */
+static void job_ended(struct sup *s, struct dsec_job *j, int status,
+                      const char *error)
+{
+  int64_t after = s->e->cg ? dsec_cgroup_oom_kills(s->e->cg) : -1;
+  struct dsec_job_end end = {
+    .status = status,
+    .error = error,
+    .oom = cjob(j)->oom_before >= 0 && after > cjob(j)->oom_before,
+  };
+  dsec_job_finish(s->e, j, &end);
+}
+
+/* The limits an exec ran into that only the cgroup and the file system
+ * tell: refused forks, a full writable layer. */
+static void ctr_exec_done(struct dsec_engine *e, struct dsec_job *j, json_t *res)
+{
+  struct sup *s = e->b;
+  (void) res;
+  if (cjob(j)->pids_before >= 0) {
+    int64_t hits = dsec_cgroup_pids_max_hits(e->cg);
+    if (hits > cjob(j)->pids_before)
+      dsec_engine_event(e, json_pack("{s:s, s:s, s:O, s:I}", "type", "limit",
+                                     "limit", "pids", "seq",
+                                     j->seq ? j->seq : json_null(),
+                                     "refused_forks",
+                                     (json_int_t) (hits - cjob(j)->pids_before)));
+  }
   if (s->upperfs) {
     struct statfs fs;
     /* the writable layer is (nearly) full: the agent hit its disk limit */
     if (statfs(s->upperfs, &fs) == 0 && fs.f_bavail * 100 < fs.f_blocks) {
       if (!s->disk_full_seen)
-        sup_event(s, json_pack("{s:s, s:s, s:O}", "type", "limit", "limit",
-                               "disk", "seq", j->seq ? j->seq : json_null()));
+        dsec_engine_event(e, json_pack("{s:s, s:s, s:O}", "type", "limit",
+                                       "limit", "disk", "seq",
+                                       j->seq ? j->seq : json_null()));
       s->disk_full_seen = true;
     } else
       s->disk_full_seen = false;
   }
-  client_write(j->cl, res);
-  json_decref(res);
-  for (size_t i = 0; i < s->njobs; i++)
-    if (s->jobs[i] == j) {
-      s->jobs[i] = s->jobs[--s->njobs];
-      break;
-    }
-  s->last_activity_ms = now_ms();
-  {
-    struct client *cl = j->cl;
-    if (cl)
-      cl->job = NULL;
-    job_free(s, j);
-    if (cl)
-      client_next(s, cl);
-  }
 }
 
-static void reply_error(struct client *cl, const char *msg, int status)
+static void ctr_job_free(struct dsec_engine *e, struct dsec_job *j)
 {
-  if (cl)
-    dsec_ctl_reply_error(cl->c.fd, msg, status);
+  struct cjob *c = cjob(j);
+  (void) e;
+  if (!c)
+    return;
+  if (c->xsock >= 0)
+    close(c->xsock);
+  c->xsock = -1;
+  c->w_xsock.dead = true;
+  /* its watch may still be in this batch's events */
+  dsec_engine_bury(e, c);
+  j->priv = NULL;
 }
 
-/* ---- the trajectory: replay by seq */
+static int xexec_spawn(struct sup *s, struct dsec_job *j, json_t *msg,
+                       int fds[3], struct dsec_error **err);
 
-/* A request with a seq: replayed from the trajectory when recorded (1),
- * refused when it conflicts (-1), run when it is the next one (0). */
-static int traj_check(struct sup *s, struct client *cl, json_t *req)
+/* An exec: a child of init (new session, the spec's user, no capabilities,
+ * the seccomp filter) on pipes the engine reads; an exclusive one is
+ * started beside the sandbox's pid namespace (xexec_spawn). */
+static int ctr_exec(struct dsec_engine *e, struct dsec_job *j, json_t *msg,
+                    struct dsec_error **err)
 {
-  json_int_t *running = xzalloc(sizeof *running * (s->njobs + 1));
-  size_t n = 0;
-  const char *conflict;
-  json_t *out = NULL;
+  struct sup *s = e->b;
+  struct cjob *c = xzalloc(sizeof *c);
+  int in[2] = { -1, -1 }, out[2] = { -1, -1 }, er[2] = { -1, -1 };
   int r;
 
-  for (size_t i = 0; i < s->njobs; i++)
-    if (s->jobs[i]->seq)
-      running[n++] = json_integer_value(s->jobs[i]->seq);
-  r = dsec_traj_check(&s->traj, req, running, n, &out, &conflict);
-  free(running);
-  if (r == 0)
-    return 0;
-  if (r > 0)
-    json_object_set_new(out, "id", json_string(s->id));
-  client_write(cl, out);
-  json_decref(out);
-  if (conflict)
-    sup_event(s, json_pack("{s:s, s:O, s:s}", "type", "replay_conflict",
-                           "seq", json_object_get(req, "seq"), "field",
-                           conflict));
-  else if (r > 0) {
-    sup_event(s, json_pack("{s:s, s:O}", "type", "replay", "seq",
-                           json_object_get(req, "seq")));
-    s->last_activity_ms = now_ms();
+  c->xsock = -1;
+  c->oom_before = e->cg ? dsec_cgroup_oom_kills(e->cg) : -1;
+  c->pids_before = e->cg && e->spec->resources.pids
+                     ? dsec_cgroup_pids_max_hits(e->cg)
+                     : -1;
+  j->priv = c;
+  if (pipe2(in, O_CLOEXEC) < 0 || pipe2(out, O_CLOEXEC) < 0 ||
+      pipe2(er, O_CLOEXEC) < 0) {
+    r = dsec_fail(err, errno, "cannot create pipes");
+    goto out;
+  }
+  {
+    int fds[3] = { in[0], out[1], er[1] };
+    /* fncall calls are isolated from each other as it is */
+    if (json_is_true(json_object_get(j->req, "exclusive")) && !s->fncall)
+      r = xexec_spawn(s, j, msg, fds, err);
+    else if ((r = msg_send(s->isock, msg, fds, 3)) < 0)
+      dsec_fail(err, errno, "cannot reach the sandbox's init");
+  }
+  if (r == 0) {
+    dsec_job_pipes(e, j, out[0], er[0], in[1]);
+    out[0] = er[0] = in[1] = -1;
+  }
+out:
+  for (int i = 0; i < 2; i++) {
+    if (in[i] >= 0)
+      close(in[i]);
+    if (out[i] >= 0)
+      close(out[i]);
+    if (er[i] >= 0)
+      close(er[i]);
   }
   return r;
 }
 
+/* What init says: an exec ended, failed, or its listener is here. */
+static void init_message(struct dsec_engine *e, void *p, uint32_t events)
+{
+  struct sup *s = e->b;
+  int fds[3], nfds;
+  json_t *m = msg_recv(s->isock, s->msgbuf, MSG_MAX, fds, &nfds);
+  const char *op;
+  struct dsec_job *j;
+  (void) p, (void) events;
+
+  if (!m) {
+    for (int i = 0; i < nfds; i++)
+      close(fds[i]);
+    /* init is gone; SIGCHLD tells how */
+    epoll_ctl(e->epfd, EPOLL_CTL_DEL, s->isock, NULL);
+    return;
+  }
+  op = json_string_value(json_object_get(m, "op"));
+  j = dsec_engine_job(e, (uint64_t) json_integer_value(json_object_get(m, "xid")));
+  if (op && strcmp(op, "listener") == 0 && nfds == 1) {
+    listener_add(s, fds[0], (uint64_t) json_integer_value(json_object_get(m, "xid")));
+    nfds = 0;
+  } else if (op && j && strcmp(op, "exited") == 0) {
+    job_ended(s, j, (int) json_integer_value(json_object_get(m, "status")), NULL);
+  } else if (op && j && strcmp(op, "error") == 0) {
+    job_ended(s, j, 0, json_string_value(json_object_get(m, "msg")) ?: "exec failed");
+  }
+  for (int i = 0; i < nfds; i++)
+    close(fds[i]);
+  json_decref(m);
+}
+
+/* Our children: init (the sandbox's end) and exclusive execs' relays. */
+static void ctr_child(struct dsec_engine *e)
+{
+  struct sup *s = e->b;
+  for (;;) {
+    int status;
+    pid_t pid = waitpid(-1, &status, WNOHANG);
+    if (pid <= 0)
+      break;
+    for (size_t i = 0; i < e->njobs; i++)
+      if (cjob(e->jobs[i])->xpid == pid) {
+        cjob(e->jobs[i])->xpid = 0;
+        job_ended(s, e->jobs[i], status, NULL);
+        break;
+      }
+    if (pid == s->init_pid) {
+      int64_t ooms = e->cg ? dsec_cgroup_oom_kills(e->cg) : -1;
+      _cleanup_free_ char *cause =
+        ooms > 0 && WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL
+          ? xstrdup("oom")
+        : WIFSIGNALED(status)
+          ? xasprintf("init killed by signal %d", WTERMSIG(status))
+          : xasprintf("init exited with status %d", WEXITSTATUS(status));
+      s->init_pid = 0;
+      dsec_engine_end(e, "died", cause);
+    }
+  }
+}
+
+/* The end: exclusive execs (out of init's pid namespace: their relays,
+ * each takes its exec along), then init, PID 1 of the sandbox: when it
+ * dies the kernel kills the rest.  Before the sandbox ran, stage1. */
+static void ctr_stop(struct dsec_engine *e)
+{
+  struct sup *s = e->b;
+  for (size_t i = 0; i < e->njobs; i++)
+    if (e->jobs[i]->priv && cjob(e->jobs[i])->xpid > 0) {
+      kill(cjob(e->jobs[i])->xpid, SIGKILL);
+      while (waitpid(cjob(e->jobs[i])->xpid, NULL, 0) < 0 && errno == EINTR)
+        ;
+    }
+  if (s->stage1_pid > 0)
+    kill(s->stage1_pid, SIGKILL);
+  if (s->init_pid > 0) {
+    kill(s->init_pid, SIGKILL);
+    while (waitpid(s->init_pid, NULL, 0) < 0 && errno == EINTR)
+      ;
+  }
+}
+
+/* Freezes (or thaws) every process of the sandbox. */
+static int ctr_freeze(struct dsec_engine *e, bool frozen, struct dsec_error **err)
+{
+  if (!e->cg || !e->cg->path[DSEC_CG_FREEZER])
+    return dsec_fail(err, ENOTSUP, "no freezer cgroup here (rootless without "
+                                   "a delegated cgroup): use --release");
+  return dsec_cgroup_freeze(e->cg, frozen, err);
+}
+
 /* ---- exclusive execs */
 
-static void listener_add(struct sup *s, int fd, uint64_t xid);
-static void job_kill(struct sup *s, struct job *j, int sig);
 
 /* What exclusive execs run with, made once: the filters and rules init
  * made for the others. */
 static struct init_ctx *xexec_ctx(struct sup *s, struct dsec_error **err)
 {
   struct init_ctx *c;
-  unsigned flags = seccomp_flags(s->spec);
+  unsigned flags = seccomp_flags(s->e->spec_json);
 
   if (s->xctx)
     return s->xctx;
@@ -1433,7 +1306,7 @@ static struct init_ctx *xexec_ctx(struct sup *s, struct dsec_error **err)
   c->exclusive = true;
   c->last_cap = last_cap();
   c->ll_abi = s->landlock_off ? 0 : dsec_landlock_abi(NULL);
-  c->protect = json_object_get(s->spec, "protect");
+  c->protect = json_object_get(s->e->spec_json, "protect");
   if (dsec_seccomp_build(&c->filter, flags | DSEC_SECCOMP_NOTIFY, err) < 0 ||
       dsec_seccomp_build(&c->filter_plain, flags, err) < 0) {
     dsec_bpf_clear(&c->filter);
@@ -1444,13 +1317,38 @@ static struct init_ctx *xexec_ctx(struct sup *s, struct dsec_error **err)
   return c;
 }
 
+/* The listener of an exclusive exec, or its socket's end. */
+static void xsock_message(struct dsec_engine *e, void *p, uint32_t events)
+{
+  struct sup *s = e->b;
+  struct dsec_job *j = p;
+  struct cjob *c = cjob(j);
+  int fds[3], nfds;
+  json_t *m = msg_recv(c->xsock, s->msgbuf, MSG_MAX, fds, &nfds);
+  const char *op = json_string_value(json_object_get(m, "op"));
+  (void) events;
+
+  if (!m) {
+    epoll_ctl(e->epfd, EPOLL_CTL_DEL, c->xsock, NULL);
+    close(c->xsock);
+    c->xsock = -1;
+    c->w_xsock.dead = true;
+  } else if (op && strcmp(op, "listener") == 0 && nfds == 1) {
+    listener_add(s, fds[0], j->xid);
+    nfds = 0;
+  }
+  for (int i = 0; i < nfds; i++)
+    close(fds[i]);
+  json_decref(m);
+}
+
 /* Starts an exclusive exec: a child of ours (in the sandbox's cgroup)
  * joins the sandbox's user, mount, network, UTS and cgroup namespaces
  * but not its pid namespace, and goes on as init's children do, with
  * call_enter's new pid, mount and IPC namespaces (see there).  Its
  * seccomp listener comes back on a socket of the job's. */
-static int xexec_spawn(struct sup *s, struct job *j, json_t *msg, int fds[3],
-                       struct dsec_error **err)
+static int xexec_spawn(struct sup *s, struct dsec_job *j, json_t *msg,
+                       int fds[3], struct dsec_error **err)
 {
   struct init_ctx *c = xexec_ctx(s, err);
   _cleanup_close_ int pidfd = -1;
@@ -1501,7 +1399,7 @@ static int xexec_spawn(struct sup *s, struct job *j, json_t *msg, int fds[3],
   close(sp[1]);
   close(go[0]);
   sp[1] = go[0] = -1;
-  if (s->cg && dsec_cgroup_attach(s->cg, pid, err) < 0) {
+  if (s->e->cg && dsec_cgroup_attach(s->e->cg, pid, err) < 0) {
     kill(pid, SIGKILL);
     while (waitpid(pid, NULL, 0) < 0 && errno == EINTR)
       ;
@@ -1512,10 +1410,10 @@ static int xexec_spawn(struct sup *s, struct job *j, json_t *msg, int fds[3],
     goto fail;
   }
   close(go[1]);
-  j->xpid = pid;
-  j->xsock = sp[0];
-  j->w_xsock = (struct watch){ W_XSOCK, j };
-  ep_add(s, j->xsock, EPOLLIN, &j->w_xsock);
+  cjob(j)->xpid = pid;
+  cjob(j)->xsock = sp[0];
+  cjob(j)->w_xsock = (struct dsec_watch){ xsock_message, j, false };
+  dsec_engine_watch(s->e, sp[0], EPOLLIN, &cjob(j)->w_xsock);
   return 0;
 fail:
   for (int i = 0; i < 2; i++) {
@@ -1527,155 +1425,286 @@ fail:
   return -1;
 }
 
-/* The listener of an exclusive exec, or its socket's end. */
-static void xsock_message(struct sup *s, struct job *j)
-{
-  int fds[3], nfds;
-  json_t *m = msg_recv(j->xsock, s->msgbuf, MSG_MAX, fds, &nfds);
-  const char *op = json_string_value(json_object_get(m, "op"));
 
-  if (!m) {
-    epoll_ctl(s->epfd, EPOLL_CTL_DEL, j->xsock, NULL);
-    close(j->xsock);
-    j->xsock = -1;
-    j->w_xsock.dead = true;
-  } else if (op && strcmp(op, "listener") == 0 && nfds == 1) {
-    listener_add(s, fds[0], j->xid);
-    nfds = 0;
-  }
-  for (int i = 0; i < nfds; i++)
-    close(fds[i]);
-  json_decref(m);
+/* ---- seccomp listeners: denials and program starts */
+
+#define LISTENERS_MAX 4096
+
+static void listener_event(struct dsec_engine *e, void *p, uint32_t events);
+
+static void listener_close(struct sup *s, struct listener *l)
+{
+  for (size_t i = 0; i < s->nlisteners; i++)
+    if (s->listeners[i] == l) {
+      s->listeners[i] = s->listeners[--s->nlisteners];
+      break;
+    }
+  close(l->fd);
+  l->w.dead = true;
+  json_decref(l->seq);
+  l->seq = NULL;
+  dsec_engine_bury(s->e, l);
 }
 
-static void job_start(struct sup *s, struct client *cl, json_t *req)
+static void listener_add(struct sup *s, int fd, uint64_t xid)
 {
-  struct job *j = xzalloc(sizeof *j);
-  int in[2] = { -1, -1 }, out[2] = { -1, -1 }, er[2] = { -1, -1 };
-  json_t *msg;
-  const char *workdir;
-  double timeout;
-  char *why = NULL;
+  struct listener *l;
 
-  if (dsec_exec_request_check(req, &why) < 0) {
-    reply_error(cl, why, DSEC_EXIT_INPUT);
-    free(why);
-    free(j);
-    client_next(s, cl);
+  if (s->nlisteners >= LISTENERS_MAX) {
+    /* bounded: the oldest tree's denials now fail unrecorded (ENOSYS) */
+    listener_close(s, s->listeners[0]);
+  }
+  l = xzalloc(sizeof *l);
+  l->fd = fd;
+  l->w = (struct dsec_watch){ listener_event, l, false };
+  for (size_t i = 0; i < s->e->njobs; i++)
+    if (s->e->jobs[i]->xid == xid && s->e->jobs[i]->seq)
+      l->seq = json_incref(s->e->jobs[i]->seq);
+  s->listeners = xrealloc(s->listeners,
+                          sizeof *s->listeners * (s->nlisteners + 1));
+  s->listeners[s->nlisteners++] = l;
+  if (dsec_engine_watch(s->e, fd, EPOLLIN, &l->w) < 0)
+    listener_close(s, l);
+}
+
+#define PROCESSES_PER_SECOND 200
+
+/* A string of another process's memory (at most max bytes), or NULL. */
+static char *remote_string(pid_t pid, uint64_t addr, size_t max)
+{
+  char *buf = xmalloc(max + 1);
+  size_t got = 0;
+
+  while (got < max) {
+    /* never across a page boundary in one read: the next page may be
+     * unmapped */
+    size_t chunk = 4096 - ((addr + got) & 4095);
+    struct iovec local, remote;
+    ssize_t n;
+    char *nul;
+    if (chunk > max - got)
+      chunk = max - got;
+    local = (struct iovec){ buf + got, chunk };
+    remote = (struct iovec){ (void *) (uintptr_t) (addr + got), chunk };
+    n = process_vm_readv(pid, &local, 1, &remote, 1, 0);
+    if (n <= 0)
+      break;
+    nul = memchr(buf + got, '\0', (size_t) n);
+    got += (size_t) n;
+    if (nul) {
+      return buf;
+    }
+  }
+  if (got == 0) {
+    free(buf);
+    return NULL;
+  }
+  buf[got] = '\0'; /* cut at max */
+  return buf;
+}
+
+/* The argv of an execve in progress: one argument and one byte more than
+ * the audit log keeps (DSEC_AUDIT_ARGV_MAX arguments of DSEC_AUDIT_ARG_MAX
+ * bytes, DSEC_AUDIT_ARGV_BYTES in all), so that it sees the cut. */
+static json_t *remote_argv(pid_t pid, uint64_t addr)
+{
+  json_t *argv = json_array();
+  size_t total = 0;
+  for (int i = 0; i <= DSEC_AUDIT_ARGV_MAX && addr &&
+                  total <= DSEC_AUDIT_ARGV_BYTES; i++) {
+    uint64_t p = 0;
+    struct iovec local = { &p, sizeof p };
+    struct iovec remote = { (void *) (uintptr_t) (addr + 8 * (uint64_t) i),
+                            sizeof p };
+    char *arg;
+    if (process_vm_readv(pid, &local, 1, &remote, 1, 0) != sizeof p || !p)
+      break;
+    arg = remote_string(pid, p, DSEC_AUDIT_ARG_MAX + 1);
+    if (!arg)
+      break;
+    total += strlen(arg);
+    json_array_append_new(argv, dsec_json_utf8(arg, strlen(arg)));
+    free(arg);
+  }
+  return argv;
+}
+
+/* A program start: recorded (at most PROCESSES_PER_SECOND a second), then
+ * let go on.  CONTINUE is fine here: nothing is decided on what was read. */
+/* The counts of what the rate limits dropped, written once a second
+ * (from the timers too, so a burst's count is not lost). */
+static void flush_suppressed(struct sup *s, double now)
+{
+  if (now - s->process_window >= 1000) {
+    if (s->processes_suppressed)
+      dsec_engine_event(s->e, json_pack("{s:s, s:I}", "type", "process_suppressed",
+                             "count", (json_int_t) s->processes_suppressed));
+    s->process_window = now;
+    s->processes_in_window = 0;
+    s->processes_suppressed = 0;
+  }
+  if (now - s->denial_window >= 1000) {
+    if (s->denials_suppressed)
+      dsec_engine_event(s->e, json_pack("{s:s, s:I}", "type", "denied_suppressed",
+                             "count", (json_int_t) s->denials_suppressed));
+    s->denial_window = now;
+    s->denials_in_window = 0;
+    s->denials_suppressed = 0;
+  }
+}
+
+/* Whether one more denial-class event (denied, masked) may be recorded in
+ * this second; the rest are counted for denied_suppressed. */
+static bool denial_admit(struct sup *s)
+{
+  double now = now_ms();
+  if (now - s->denial_window >= 1000)
+    flush_suppressed(s, now);
+  if (s->denials_in_window < DENIALS_PER_SECOND) {
+    s->denials_in_window++;
+    return true;
+  }
+  s->denials_suppressed++;
+  return false;
+}
+
+static void process_started(struct sup *s, struct listener *l,
+                            struct seccomp_notif *req,
+                            struct seccomp_notif_resp *resp)
+{
+  bool at = req->data.nr == SCMP_SYS(execveat);
+  pid_t pid = (pid_t) req->pid;
+  double now = now_ms();
+  bool first;
+
+  {
+    _cleanup_free_ char *path = remote_string(pid, req->data.args[at ? 1 : 0],
+                                              4096);
+    json_t *argv;
+    /* a PATH search tries names that do not exist: those execs fail and
+     * are not program starts.  Resolved inside the sandbox's root (never
+     * the host's), absolute paths of a plain execve only. */
+    if (path && !at && path[0] == '/') {
+      char root[64];
+      struct open_how how = { .flags = O_PATH | O_CLOEXEC,
+                              .resolve = RESOLVE_IN_ROOT |
+                                         RESOLVE_NO_MAGICLINKS };
+      int rfd, fd;
+      snprintf(root, sizeof root, "/proc/%d/root", (int) pid);
+      rfd = open(root, O_PATH | O_DIRECTORY | O_CLOEXEC);
+      fd = rfd < 0 ? -1 : (int) syscall(SYS_openat2, rfd, path, &how,
+                                        sizeof how);
+      int e = errno;
+      if (fd >= 0)
+        close(fd);
+      if (rfd >= 0)
+        close(rfd);
+      if (fd < 0 && e == ENOENT)
+        goto answer; /* not counted: it will not run */
+    }
+    if (now - s->process_window >= 1000)
+      flush_suppressed(s, now);
+    /* the first start of a program path is never lost in a flood */
+    first = path && dsec_audit_is_new(s->e->audit, DSEC_AUDIT_PROGRAM, path,
+                                      strlen(path));
+    if (!first && s->processes_in_window++ >= PROCESSES_PER_SECOND) {
+      s->processes_suppressed++;
+      goto answer;
+    }
+    argv = remote_argv(pid, req->data.args[at ? 2 : 1]);
+    /* read before answering, and only trusted if the call is still the
+     * same one (the process could have died and its pid be reused) */
+    if (seccomp_notify_id_valid(l->fd, req->id) == 0) {
+      json_t *ev = json_pack("{s:s, s:o, s:o, s:i, s:O}", "type", "process",
+                             "path", path ? dsec_json_utf8(path, strlen(path))
+                                          : json_null(),
+                             "argv", argv, "pid", (int) pid, "seq",
+                             l->seq ? l->seq : json_null());
+      if (first)
+        dsec_engine_event_first(s->e, ev, DSEC_AUDIT_PROGRAM, path, strlen(path));
+      else
+        dsec_engine_event(s->e, ev);
+    } else
+      json_decref(argv);
+  }
+answer:
+  memset(resp, 0, sizeof *resp);
+  resp->id = req->id;
+  resp->flags = SECCOMP_USER_NOTIF_FLAG_CONTINUE;
+  seccomp_notify_respond(l->fd, resp);
+}
+
+/* A denied call: answered with its error, recorded as an event (at most
+ * DENIALS_PER_SECOND a second; the rest are counted). */
+static void listener_event(struct dsec_engine *e, void *p, uint32_t events)
+{
+  struct sup *s = e->b;
+  struct listener *l = p;
+
+  if (!s->notif && seccomp_notify_alloc(&s->notif, &s->notif_resp) < 0) {
+    listener_close(s, l);
     return;
   }
-  j->xid = ++s->next_xid;
-  j->cl = cl;
-  j->out.fd = j->err.fd = j->in_fd = j->xsock = -1;
-  j->out.job = j->err.job = j;
-  j->out.name = "stdout";
-  j->err.name = "stderr";
-  j->stream = json_is_true(json_object_get(req, "stream"));
-  workdir = json_string_value(json_object_get(req, "workdir"));
-  if (!workdir)
-    workdir = s->workdir;
-  timeout = json_number_value(json_object_get(req, "timeout_s"));
-  /* what the trajectory records: the request as it will run */
-  j->req = dsec_exec_request_record(req, s->workdir, &j->cap);
-  j->seq = json_object_get(j->req, "seq");
-  if (j->seq) {
-    int r = traj_check(s, cl, j->req);
-    if (r != 0) {
-      json_decref(j->req);
-      free(j);
-      client_next(s, cl);
+  if (events & EPOLLIN) {
+    struct seccomp_notif *req = s->notif;
+    struct seccomp_notif_resp *resp = s->notif_resp;
+    int nr;
+
+    memset(req, 0, sizeof *req);
+    if (seccomp_notify_receive(l->fd, req) == 0) {
+      nr = req->data.nr;
+      if (nr == SCMP_SYS(execve) || nr == SCMP_SYS(execveat)) {
+        process_started(s, l, req, resp);
+        return;
+      }
+      memset(resp, 0, sizeof *resp);
+      resp->id = req->id;
+      resp->error = -dsec_seccomp_denial_errno(nr, (unsigned long) req->data.args[1]);
+      seccomp_notify_respond(l->fd, resp);
+
+      {
+        /* the first denial of a syscall (of an ioctl request: by its type
+         * and number, the low 16 bits the filter matches) is never lost
+         * in a flood */
+        bool is_ioctl = nr == SCMP_SYS(ioctl);
+        uint32_t key = is_ioctl ? (uint32_t) (req->data.args[1] & 0xffff)
+                                : (uint32_t) nr;
+        enum dsec_audit_kind kind = is_ioctl ? DSEC_AUDIT_IOCTL
+                                             : DSEC_AUDIT_SYSCALL;
+        bool first = dsec_audit_is_new(s->e->audit, kind, &key, sizeof key);
+        if (first || denial_admit(s)) {
+          json_t *ev = json_pack("{s:s, s:s, s:O, s:i, s:i}", "type", "denied",
+                                 "syscall", dsec_seccomp_name(nr), "seq",
+                                 l->seq ? l->seq : json_null(), "pid",
+                                 (int) req->pid, "errno", -resp->error);
+          if (is_ioctl)
+            json_object_set_new(ev, "ioctl",
+                                json_sprintf("0x%llx",
+                                             (unsigned long long) req->data.args[1]));
+          if (first)
+            dsec_engine_event_first(s->e, ev, kind, &key, sizeof key);
+          else
+            dsec_engine_event(s->e, ev);
+        }
+      }
       return;
     }
   }
-  j->start = now_ms();
-  j->deadline = timeout > 0 ? j->start + timeout * 1000 : 0;
-  j->oom_before = s->cg ? dsec_cgroup_oom_kills(s->cg) : -1;
-  j->pids_before = s->cg && json_object_get(json_object_get(s->spec,
-                                                            "resources"),
-                                            "pids")
-                     ? dsec_cgroup_pids_max_hits(s->cg)
-                     : -1;
-  cl->job = j;
-  s->jobs = xrealloc(s->jobs, sizeof *s->jobs * (s->njobs + 1));
-  s->jobs[s->njobs++] = j;
-  s->last_activity_ms = j->start;
-
-  if (pipe2(in, O_CLOEXEC) < 0 || pipe2(out, O_CLOEXEC) < 0 ||
-      pipe2(er, O_CLOEXEC) < 0) {
-    j->error = xasprintf("cannot create pipes: %s", strerror(errno));
-    goto fail;
-  }
-  msg = json_pack("{s:s, s:I, s:O, s:o, s:s, s:i, s:i}", "op", "exec", "xid",
-                  (json_int_t) j->xid, "argv", json_object_get(req, "cmd"),
-                  "env", dsec_exec_env(s->base_env, json_object_get(req, "env")), "cwd",
-                  workdir, "uid", (int) s->uid, "gid", (int) s->gid);
-  {
-    int fds[3] = { in[0], out[1], er[1] };
-    _cleanup_error_ struct dsec_error *e = NULL;
-    int r;
-    /* an exclusive exec is not init's child (fncall calls are isolated
-     * from each other as it is) */
-    if (json_is_true(json_object_get(req, "exclusive")) && !s->fncall)
-      r = xexec_spawn(s, j, msg, fds, &e);
-    else if ((r = msg_send(s->isock, msg, fds, 3)) < 0)
-      dsec_fail(&e, errno, "cannot reach the sandbox's init");
-    json_decref(msg);
-    close(in[0]);
-    close(out[1]);
-    close(er[1]);
-    in[0] = out[1] = er[1] = -1;
-    if (r < 0) {
-      j->error = xasprintf("%s%s%s", e->msg, e->errnum ? ": " : "",
-                           e->errnum ? strerror(e->errnum) : "");
-      goto fail;
-    }
-  }
-  j->out.fd = out[0];
-  j->err.fd = er[0];
-  fcntl(j->out.fd, F_SETFL, O_NONBLOCK);
-  fcntl(j->err.fd, F_SETFL, O_NONBLOCK);
-  j->out.w = (struct watch){ W_OUT, j };
-  j->err.w = (struct watch){ W_ERR, j };
-  ep_add(s, j->out.fd, EPOLLIN, &j->out.w);
-  ep_add(s, j->err.fd, EPOLLIN, &j->err.w);
-  {
-    const char *data = json_string_value(json_object_get(req, "stdin"));
-    size_t len = data ? json_string_length(json_object_get(req, "stdin")) : 0;
-    if (len > 0) {
-      j->stdin_data = xmalloc(len);
-      memcpy(j->stdin_data, data, len);
-      j->stdin_len = len;
-      j->in_fd = in[1];
-      fcntl(j->in_fd, F_SETFL, O_NONBLOCK);
-      j->w_in = (struct watch){ W_IN, j };
-      ep_add(s, j->in_fd, EPOLLOUT, &j->w_in);
-    } else
-      close(in[1]);
-  }
-  return;
-
-fail:
-  for (int i = 0; i < 2; i++) {
-    if (in[i] >= 0)
-      close(in[i]);
-    if (out[i] >= 0)
-      close(out[i]);
-    if (er[i] >= 0)
-      close(er[i]);
-  }
-  job_finish(s, j);
+  if (events & (EPOLLHUP | EPOLLERR))
+    listener_close(s, l); /* every process of that exec is gone */
 }
 
-static void sup_teardown(struct sup *s, const char *state, const char *cause);
-
 /* ---- the proxy: the sandbox's connections to its 127.0.0.1:3128 */
-static void proxy_accept(struct sup *s)
+/* ---- the proxy: the sandbox's connections to its 127.0.0.1:3128 */
+static void proxy_accept(struct dsec_engine *e, void *p, uint32_t events)
 {
+  struct sup *s = e->b;
+  (void) p, (void) events;
   for (;;) {
     int fd = accept4(s->proxy_lfd, NULL, NULL, SOCK_CLOEXEC);
     if (fd < 0)
       return;
-    dsec_proxy_serve(s->proxy, fd);
+    dsec_proxy_serve(e->proxy, fd);
   }
 }
 
@@ -1683,7 +1712,7 @@ static void proxy_accept(struct sup *s)
 
 static void watch_masks(struct sup *s)
 {
-  _cleanup_free_ char *root = xasprintf("%s/rootfs", s->run);
+  _cleanup_free_ char *root = xasprintf("%s/rootfs", s->e->run);
   _cleanup_close_ int rfd = open(root, O_PATH | O_DIRECTORY | O_CLOEXEC);
   _cleanup_close_ int dev = -1;
   _cleanup_close_ int fs = -1;
@@ -1758,8 +1787,10 @@ off:
 }
 
 /* An open of a masked file: recorded with the denials' rate limit. */
-static void masks_opened(struct sup *s)
+static void masks_opened(struct dsec_engine *e, void *p, uint32_t events)
 {
+  struct sup *s = e->b;
+  (void) p, (void) events;
   char buf[4096] __attribute__((aligned(__alignof__(struct fanotify_event_metadata))));
   for (;;) {
     ssize_t n = read(s->fan_fd, buf, sizeof buf);
@@ -1778,37 +1809,42 @@ static void masks_opened(struct sup *s)
         close(m->fd);
       if (!path)
         continue;
-      if (dsec_audit_is_new(s->audit, DSEC_AUDIT_MASKED, path, strlen(path)))
-        sup_event_first(s, json_pack("{s:s, s:s, s:i}", "type", "masked",
+      if (dsec_audit_is_new(s->e->audit, DSEC_AUDIT_MASKED, path, strlen(path)))
+        dsec_engine_event_first(s->e, json_pack("{s:s, s:s, s:i}", "type", "masked",
                                      "path", path, "pid", (int) m->pid),
                         DSEC_AUDIT_MASKED, path, strlen(path));
       else if (denial_admit(s))
-        sup_event(s, json_pack("{s:s, s:s, s:i}", "type", "masked", "path",
+        dsec_engine_event(s->e, json_pack("{s:s, s:s, s:i}", "type", "masked", "path",
                                path, "pid", (int) m->pid));
     }
   }
 }
 
-/* ---- checkpoint, suspend, resume */
-
-static json_t *op_error(struct dsec_error *e)
+/* Destroying a fanotify group waits for an SRCU grace period (~15 ms here),
+ * and whoever removes the sandbox waits for our exit: a child holding the
+ * last reference pays it instead, dying with us (only async-signal-safe
+ * calls after fork: proxy threads may run). */
+static void ctr_after_end(struct dsec_engine *e)
 {
-  return dsec_ctl_op_error(e);
-}
-
-/* Freezes (or thaws) every process of the sandbox; false when there is
- * no freezer here (rootless without a delegated cgroup). */
-static bool sup_freeze(struct sup *s, bool frozen)
-{
-  _cleanup_error_ struct dsec_error *e = NULL;
-  if (!s->cg || !s->cg->path[DSEC_CG_FREEZER])
-    return false;
-  if (dsec_cgroup_freeze(s->cg, frozen, &e) < 0) {
-    dsec_warn("%s", e->msg);
-    return false;
+  struct sup *s = e->b;
+  pid_t parent = getpid(), pid;
+  if (s->fan_fd < 0)
+    return;
+  pid = fork();
+  if (pid == 0) {
+    if (dup2(s->fan_fd, 0) < 0)
+      _exit(0);
+    close_range(1, ~0U, 0);
+    if (prctl(PR_SET_PDEATHSIG, SIGKILL) < 0 || getppid() != parent)
+      _exit(0);
+    for (;;)
+      pause();
   }
-  return true;
+  close(s->fan_fd);
+  s->fan_fd = -1;
 }
+
+/* ---- checkpoints */
 
 static int fd_write(void *ud, const void *buf, size_t len,
                     struct dsec_error **err)
@@ -1934,22 +1970,25 @@ done:
   _exit(err ? 1 : 0);
 }
 
-struct upper_producer {
-  const char *upper;
-  pid_t init;
-  bool rootless;
-};
 
-static int upper_produce(void *ud, int fd, json_t **stats,
-                         struct dsec_error **err)
+/* The checkpoint's producer (see dsec_checkpoint_import): the writable
+ * layer streamed by upper_stream_child, from the sandbox's own privilege
+ * domain.  The engine keeps the sandbox frozen meanwhile. */
+static int ctr_checkpoint(void *ud, int fd, json_t **stats,
+                          struct dsec_error **err)
 {
-  struct upper_producer *u = ud;
+  struct dsec_engine *e = ud;
+  struct sup *s = e->b;
+  _cleanup_free_ char *upper = s->upperfs ? xasprintf("%s/upper", s->upperfs)
+                                          : xasprintf("%s/upper", e->dir);
   _cleanup_free_ char *text = NULL;
   _cleanup_json_ json_t *r = NULL;
   size_t len = 0;
   int rp[2], st;
   pid_t pid;
 
+  if (s->init_pid <= 0)
+    return dsec_fail(err, ESRCH, "the sandbox's init is gone");
   if (pipe2(rp, O_CLOEXEC) < 0)
     return dsec_fail(err, errno, "pipe");
   pid = fork();
@@ -1960,7 +1999,7 @@ static int upper_produce(void *ud, int fd, json_t **stats,
   }
   if (pid == 0) {
     close(rp[0]);
-    upper_stream_child(u->upper, u->init, u->rootless, fd, rp[1]);
+    upper_stream_child(upper, s->init_pid, s->rootless, fd, rp[1]);
   }
   close(rp[1]);
   text = dsec_read_fd(rp[0], 65536, &len, NULL);
@@ -1978,756 +2017,31 @@ static int upper_produce(void *ud, int fd, json_t **stats,
   return 0;
 }
 
-/* The writable layer as a layer in the store, taken with the sandbox
- * frozen (so it is consistent): streamed by upper_stream_child, imported
- * as an untrusted tarball (dsec_checkpoint_import).  The trajectory
- * records the seq it follows. */
-static json_t *sup_checkpoint(struct sup *s, const char *name)
+/* ---- timers: the counts the rate limits dropped, once a second */
+
+static int ctr_next_timer(struct dsec_engine *e)
 {
-  struct dsec_error *err = NULL;
-  _cleanup_free_ char *upper = s->upperfs ? xasprintf("%s/upper", s->upperfs)
-                                          : xasprintf("%s/upper", s->dir);
-  _cleanup_json_ json_t *layer = NULL;
-  _cleanup_json_ json_t *stats = NULL;
-  struct upper_producer u = { upper, s->init_pid, s->rootless };
-  json_int_t mb = json_integer_value(
-    json_object_get(json_object_get(s->spec, "resources"), "disk_mb"));
-  struct dsec_checkpoint_opts co = {
-    name, json_object_get(s->spec, "protect"),
-    /* a disk-limited layer's stream cannot be much more than the disk */
-    mb > 0 ? ((uint64_t) mb << 21) + (16u << 20) : 0,
-  };
-  bool frozen;
-  json_t *r;
-
-  if (s->fncall) {
-    dsec_bad_input(&err, "an fncall sandbox has no state to checkpoint");
-    return op_error(err);
-  }
-  if (s->init_pid <= 0) {
-    dsec_fail(&err, ESRCH, "the sandbox's init is gone");
-    return op_error(err);
-  }
-  frozen = s->suspended || sup_freeze(s, true);
-  layer = dsec_checkpoint_import(&co, upper_produce, &u, &stats, &err);
-  if (frozen && !s->suspended)
-    sup_freeze(s, false);
-  if (!layer)
-    return op_error(err);
-  r = dsec_checkpoint_record(&s->traj, s->audit, s->id, s->state, layer,
-                             stats, frozen, &err);
-  if (!r)
-    return op_error(err);
-  sup_write_state(s);
-  return r;
-}
-
-static json_t *sup_suspend(struct sup *s, bool release, struct client *cl)
-{
-  struct dsec_error *err = NULL;
-  (void) cl;
-  if (release) {
-    /* everything goes but the spec, the trajectory and a checkpoint */
-    json_t *cp = sup_checkpoint(s, NULL);
-    const char *type = json_string_value(json_object_get(cp, "type"));
-    if (!type || strcmp(type, "checkpoint") != 0)
-      return cp;
-    json_object_set_new(s->state, "released", json_true());
-    s->end_state = "suspended";
-    json_object_set_new(cp, "type", json_string("suspended"));
-    json_object_set_new(cp, "released", json_true());
-    sup_event(s, json_pack("{s:s, s:b}", "type", "suspended", "released",
-                           true));
-    return cp;
-  }
-  if (s->njobs > 0 && !s->cg) {
-    dsec_fail(&err, EBUSY, "cannot freeze here (no freezer cgroup)");
-    return op_error(err);
-  }
-  if (!s->suspended && !sup_freeze(s, true)) {
-    dsec_fail(&err, ENOTSUP, "no freezer cgroup here: use --release");
-    return op_error(err);
-  }
-  s->suspended = true;
-  json_object_set_new(s->state, "state", json_string("suspended"));
-  sup_write_state(s);
-  sup_event(s, json_pack("{s:s, s:b}", "type", "suspended", "released", false));
-  return json_pack("{s:s, s:s, s:b}", "type", "suspended", "id", s->id,
-                   "released", false);
-}
-
-static json_t *sup_resume(struct sup *s)
-{
-  if (s->suspended) {
-    sup_freeze(s, false);
-    s->suspended = false;
-    s->last_activity_ms = now_ms();
-    json_object_set_new(s->state, "state", json_string("running"));
-    sup_write_state(s);
-    sup_event(s, json_pack("{s:s, s:s}", "type", "resumed", "from", "freezer"));
-  }
-  return json_pack("{s:s, s:s, s:s}", "type", "resumed", "id", s->id, "state",
-                   "running");
-}
-
-/* Handles the complete lines a client sent, one at a time: the next waits
- * until the current exec is answered, so results come back in order. */
-static void client_next(struct sup *s, struct client *cl)
-{
-  while (!cl->job) {
-    json_t *req;
-    const char *op;
-
-    if (dsec_ctl_next(&cl->c, &req) == 0) {
-      if (cl->c.eof)
-        client_close(s, cl);
-      return;
-    }
-    op = json_string_value(json_object_get(req, "op"));
-    if ((!op || strcmp(op, "exec") == 0) && s->suspended) {
-      reply_error(cl, "the sandbox is suspended (resume it first)",
-                  DSEC_EXIT_INTERNAL);
-    } else if (!op || strcmp(op, "exec") == 0) {
-      job_start(s, cl, req);
-    } else if (strcmp(op, "kill") == 0) {
-      json_int_t sig = json_integer_value(json_object_get(req, "signal"));
-      json_t *m = json_pack("{s:s, s:I}", "op", "kill", "signal",
-                            sig > 0 && sig < NSIG ? sig : SIGKILL);
-      msg_send(s->isock, m, NULL, 0);
-      json_decref(m);
-      for (size_t i = 0; i < s->njobs; i++)
-        if (s->jobs[i]->xpid > 0)
-          job_kill(s, s->jobs[i], SIGKILL);
-      m = json_pack("{s:s, s:s, s:I}", "type", "killed", "id", s->id, "signal",
-                    sig > 0 && sig < NSIG ? sig : SIGKILL);
-      client_write(cl, m);
-      json_decref(m);
-    } else if (strcmp(op, "status") == 0) {
-      json_t *st = json_copy(s->state);
-      int64_t mem = s->cg ? dsec_cgroup_memory_current(s->cg) : -1;
-      if (mem >= 0)
-        json_object_set_new(st, "memory_bytes", json_integer(mem));
-      json_object_set_new(st, "execs_running", json_integer((json_int_t) s->njobs));
-      json_object_set_new(st, "audit", dsec_audit_status(s->audit));
-      client_write(cl, st);
-      json_decref(st);
-    } else if (strcmp(op, "checkpoint") == 0) {
-      json_t *r = sup_checkpoint(s, json_string_value(json_object_get(req, "name")));
-      client_write(cl, r);
-      json_decref(r);
-    } else if (strcmp(op, "suspend") == 0) {
-      json_t *r = sup_suspend(s, json_is_true(json_object_get(req, "release")),
-                              cl);
-      client_write(cl, r);
-      json_decref(r);
-      if (s->end_state) {
-        json_decref(req);
-        sup_teardown(s, "suspended", "released");
-      }
-    } else if (strcmp(op, "resume") == 0) {
-      json_t *r = sup_resume(s);
-      client_write(cl, r);
-      json_decref(r);
-    } else if (strcmp(op, "shutdown") == 0) {
-      json_t *m = json_pack("{s:s, s:s}", "type", "stopping", "id", s->id);
-      client_write(cl, m);
-      json_decref(m);
-      json_decref(req);
-      sup_teardown(s, "stopped", "removed");
-    } else {
-      reply_error(cl, "unknown op", DSEC_EXIT_INPUT);
-    }
-    json_decref(req);
-  }
-}
-
-static void client_readable(struct sup *s, struct client *cl)
-{
-  if (dsec_ctl_read(&cl->c) < 0) {
-    client_close(s, cl);
-    return;
-  }
-  if (cl->c.eof)
-    epoll_ctl(s->epfd, EPOLL_CTL_DEL, cl->c.fd, NULL);
-  client_next(s, cl);
-}
-
-static void accept_clients(struct sup *s)
-{
-  for (;;) {
-    int fd = dsec_ctl_accept(s->lsock);
-    struct client *cl;
-    if (fd < 0)
-      return;
-    cl = xzalloc(sizeof *cl);
-    cl->c.fd = fd;
-    cl->w = (struct watch){ W_CLIENT, cl };
-    s->clients = xrealloc(s->clients, sizeof *s->clients * (s->nclients + 1));
-    s->clients[s->nclients++] = cl;
-    ep_add(s, fd, EPOLLIN, &cl->w);
-  }
-}
-
-#define LISTENERS_MAX 4096
-
-static void listener_close(struct sup *s, struct listener *l)
-{
-  for (size_t i = 0; i < s->nlisteners; i++)
-    if (s->listeners[i] == l) {
-      s->listeners[i] = s->listeners[--s->nlisteners];
-      break;
-    }
-  close(l->fd);
-  l->w.dead = true;
-  json_decref(l->seq);
-  l->seq = NULL;
-  bury(s, l);
-}
-
-static void listener_add(struct sup *s, int fd, uint64_t xid)
-{
-  struct listener *l;
-
-  if (s->nlisteners >= LISTENERS_MAX) {
-    /* bounded: the oldest tree's denials now fail unrecorded (ENOSYS) */
-    listener_close(s, s->listeners[0]);
-  }
-  l = xzalloc(sizeof *l);
-  l->fd = fd;
-  l->w = (struct watch){ W_NOTIFY, l };
-  for (size_t i = 0; i < s->njobs; i++)
-    if (s->jobs[i]->xid == xid && s->jobs[i]->seq)
-      l->seq = json_incref(s->jobs[i]->seq);
-  s->listeners = xrealloc(s->listeners,
-                          sizeof *s->listeners * (s->nlisteners + 1));
-  s->listeners[s->nlisteners++] = l;
-  if (ep_add(s, fd, EPOLLIN, &l->w) < 0)
-    listener_close(s, l);
-}
-
-#define PROCESSES_PER_SECOND 200
-
-/* A string of another process's memory (at most max bytes), or NULL. */
-static char *remote_string(pid_t pid, uint64_t addr, size_t max)
-{
-  char *buf = xmalloc(max + 1);
-  size_t got = 0;
-
-  while (got < max) {
-    /* never across a page boundary in one read: the next page may be
-     * unmapped */
-    size_t chunk = 4096 - ((addr + got) & 4095);
-    struct iovec local, remote;
-    ssize_t n;
-    char *nul;
-    if (chunk > max - got)
-      chunk = max - got;
-    local = (struct iovec){ buf + got, chunk };
-    remote = (struct iovec){ (void *) (uintptr_t) (addr + got), chunk };
-    n = process_vm_readv(pid, &local, 1, &remote, 1, 0);
-    if (n <= 0)
-      break;
-    nul = memchr(buf + got, '\0', (size_t) n);
-    got += (size_t) n;
-    if (nul) {
-      return buf;
-    }
-  }
-  if (got == 0) {
-    free(buf);
-    return NULL;
-  }
-  buf[got] = '\0'; /* cut at max */
-  return buf;
-}
-
-/* The argv of an execve in progress: one argument and one byte more than
- * the audit log keeps (DSEC_AUDIT_ARGV_MAX arguments of DSEC_AUDIT_ARG_MAX
- * bytes, DSEC_AUDIT_ARGV_BYTES in all), so that it sees the cut. */
-static json_t *remote_argv(pid_t pid, uint64_t addr)
-{
-  json_t *argv = json_array();
-  size_t total = 0;
-  for (int i = 0; i <= DSEC_AUDIT_ARGV_MAX && addr &&
-                  total <= DSEC_AUDIT_ARGV_BYTES; i++) {
-    uint64_t p = 0;
-    struct iovec local = { &p, sizeof p };
-    struct iovec remote = { (void *) (uintptr_t) (addr + 8 * (uint64_t) i),
-                            sizeof p };
-    char *arg;
-    if (process_vm_readv(pid, &local, 1, &remote, 1, 0) != sizeof p || !p)
-      break;
-    arg = remote_string(pid, p, DSEC_AUDIT_ARG_MAX + 1);
-    if (!arg)
-      break;
-    total += strlen(arg);
-    json_array_append_new(argv, dsec_json_utf8(arg, strlen(arg)));
-    free(arg);
-  }
-  return argv;
-}
-
-/* A program start: recorded (at most PROCESSES_PER_SECOND a second), then
- * let go on.  CONTINUE is fine here: nothing is decided on what was read. */
-/* The counts of what the rate limits dropped, written once a second
- * (from the timers too, so a burst's count is not lost). */
-static void flush_suppressed(struct sup *s, double now)
-{
-  if (now - s->process_window >= 1000) {
-    if (s->processes_suppressed)
-      sup_event(s, json_pack("{s:s, s:I}", "type", "process_suppressed",
-                             "count", (json_int_t) s->processes_suppressed));
-    s->process_window = now;
-    s->processes_in_window = 0;
-    s->processes_suppressed = 0;
-  }
-  if (now - s->denial_window >= 1000) {
-    if (s->denials_suppressed)
-      sup_event(s, json_pack("{s:s, s:I}", "type", "denied_suppressed",
-                             "count", (json_int_t) s->denials_suppressed));
-    s->denial_window = now;
-    s->denials_in_window = 0;
-    s->denials_suppressed = 0;
-  }
-}
-
-/* Whether one more denial-class event (denied, masked) may be recorded in
- * this second; the rest are counted for denied_suppressed. */
-static bool denial_admit(struct sup *s)
-{
-  double now = now_ms();
-  if (now - s->denial_window >= 1000)
-    flush_suppressed(s, now);
-  if (s->denials_in_window < DENIALS_PER_SECOND) {
-    s->denials_in_window++;
-    return true;
-  }
-  s->denials_suppressed++;
-  return false;
-}
-
-static void process_started(struct sup *s, struct listener *l,
-                            struct seccomp_notif *req,
-                            struct seccomp_notif_resp *resp)
-{
-  bool at = req->data.nr == SCMP_SYS(execveat);
-  pid_t pid = (pid_t) req->pid;
-  double now = now_ms();
-  bool first;
-
-  {
-    _cleanup_free_ char *path = remote_string(pid, req->data.args[at ? 1 : 0],
-                                              4096);
-    json_t *argv;
-    /* a PATH search tries names that do not exist: those execs fail and
-     * are not program starts.  Resolved inside the sandbox's root (never
-     * the host's), absolute paths of a plain execve only. */
-    if (path && !at && path[0] == '/') {
-      char root[64];
-      struct open_how how = { .flags = O_PATH | O_CLOEXEC,
-                              .resolve = RESOLVE_IN_ROOT |
-                                         RESOLVE_NO_MAGICLINKS };
-      int rfd, fd;
-      snprintf(root, sizeof root, "/proc/%d/root", (int) pid);
-      rfd = open(root, O_PATH | O_DIRECTORY | O_CLOEXEC);
-      fd = rfd < 0 ? -1 : (int) syscall(SYS_openat2, rfd, path, &how,
-                                        sizeof how);
-      int e = errno;
-      if (fd >= 0)
-        close(fd);
-      if (rfd >= 0)
-        close(rfd);
-      if (fd < 0 && e == ENOENT)
-        goto answer; /* not counted: it will not run */
-    }
-    if (now - s->process_window >= 1000)
-      flush_suppressed(s, now);
-    /* the first start of a program path is never lost in a flood */
-    first = path && dsec_audit_is_new(s->audit, DSEC_AUDIT_PROGRAM, path,
-                                      strlen(path));
-    if (!first && s->processes_in_window++ >= PROCESSES_PER_SECOND) {
-      s->processes_suppressed++;
-      goto answer;
-    }
-    argv = remote_argv(pid, req->data.args[at ? 2 : 1]);
-    /* read before answering, and only trusted if the call is still the
-     * same one (the process could have died and its pid be reused) */
-    if (seccomp_notify_id_valid(l->fd, req->id) == 0) {
-      json_t *ev = json_pack("{s:s, s:o, s:o, s:i, s:O}", "type", "process",
-                             "path", path ? dsec_json_utf8(path, strlen(path))
-                                          : json_null(),
-                             "argv", argv, "pid", (int) pid, "seq",
-                             l->seq ? l->seq : json_null());
-      if (first)
-        sup_event_first(s, ev, DSEC_AUDIT_PROGRAM, path, strlen(path));
-      else
-        sup_event(s, ev);
-    } else
-      json_decref(argv);
-  }
-answer:
-  memset(resp, 0, sizeof *resp);
-  resp->id = req->id;
-  resp->flags = SECCOMP_USER_NOTIF_FLAG_CONTINUE;
-  seccomp_notify_respond(l->fd, resp);
-}
-
-/* A denied call: answered with its error, recorded as an event (at most
- * DENIALS_PER_SECOND a second; the rest are counted). */
-static void listener_ready(struct sup *s, struct listener *l, uint32_t events)
-{
-  if (!s->notif && seccomp_notify_alloc(&s->notif, &s->notif_resp) < 0) {
-    listener_close(s, l);
-    return;
-  }
-  if (events & EPOLLIN) {
-    struct seccomp_notif *req = s->notif;
-    struct seccomp_notif_resp *resp = s->notif_resp;
-    int nr;
-
-    memset(req, 0, sizeof *req);
-    if (seccomp_notify_receive(l->fd, req) == 0) {
-      nr = req->data.nr;
-      if (nr == SCMP_SYS(execve) || nr == SCMP_SYS(execveat)) {
-        process_started(s, l, req, resp);
-        return;
-      }
-      memset(resp, 0, sizeof *resp);
-      resp->id = req->id;
-      resp->error = -dsec_seccomp_denial_errno(nr, (unsigned long) req->data.args[1]);
-      seccomp_notify_respond(l->fd, resp);
-
-      {
-        /* the first denial of a syscall (of an ioctl request: by its type
-         * and number, the low 16 bits the filter matches) is never lost
-         * in a flood */
-        bool is_ioctl = nr == SCMP_SYS(ioctl);
-        uint32_t key = is_ioctl ? (uint32_t) (req->data.args[1] & 0xffff)
-                                : (uint32_t) nr;
-        enum dsec_audit_kind kind = is_ioctl ? DSEC_AUDIT_IOCTL
-                                             : DSEC_AUDIT_SYSCALL;
-        bool first = dsec_audit_is_new(s->audit, kind, &key, sizeof key);
-        if (first || denial_admit(s)) {
-          json_t *ev = json_pack("{s:s, s:s, s:O, s:i, s:i}", "type", "denied",
-                                 "syscall", dsec_seccomp_name(nr), "seq",
-                                 l->seq ? l->seq : json_null(), "pid",
-                                 (int) req->pid, "errno", -resp->error);
-          if (is_ioctl)
-            json_object_set_new(ev, "ioctl",
-                                json_sprintf("0x%llx",
-                                             (unsigned long long) req->data.args[1]));
-          if (first)
-            sup_event_first(s, ev, kind, &key, sizeof key);
-          else
-            sup_event(s, ev);
-        }
-      }
-      return;
-    }
-  }
-  if (events & (EPOLLHUP | EPOLLERR))
-    listener_close(s, l); /* every process of that exec is gone */
-}
-
-static void init_message(struct sup *s)
-{
-  int fds[3], nfds;
-  json_t *m = msg_recv(s->isock, s->msgbuf, MSG_MAX, fds, &nfds);
-  const char *op;
-  uint64_t xid;
-
-  if (!m) {
-    for (int i = 0; i < nfds; i++)
-      close(fds[i]);
-    /* init is gone; SIGCHLD tells how */
-    epoll_ctl(s->epfd, EPOLL_CTL_DEL, s->isock, NULL);
-    return;
-  }
-  op = json_string_value(json_object_get(m, "op"));
-  xid = (uint64_t) json_integer_value(json_object_get(m, "xid"));
-  if (op && strcmp(op, "listener") == 0 && nfds == 1) {
-    listener_add(s, fds[0], xid);
-    nfds = 0;
-  }
-  for (size_t i = 0; op && i < s->njobs; i++) {
-    struct job *j = s->jobs[i];
-    if (j->xid != xid)
-      continue;
-    if (strcmp(op, "exited") == 0) {
-      j->exited = true;
-      j->status = (int) json_integer_value(json_object_get(m, "status"));
-      job_finish(s, j);
-    } else if (strcmp(op, "error") == 0) {
-      j->error = xstrdup(json_string_value(json_object_get(m, "msg"))
-                           ? json_string_value(json_object_get(m, "msg"))
-                           : "exec failed");
-      job_finish(s, j);
-    }
-    break;
-  }
-  for (int i = 0; i < nfds; i++)
-    close(fds[i]);
-  json_decref(m);
-}
-
-static void stdin_writable(struct sup *s, struct job *j)
-{
-  while (j->stdin_off < j->stdin_len) {
-    ssize_t n = write(j->in_fd, j->stdin_data + j->stdin_off,
-                      j->stdin_len - j->stdin_off);
-    if (n < 0 && errno == EINTR)
-      continue;
-    if (n < 0 && errno == EAGAIN)
-      return;
-    if (n < 0)
-      break; /* EPIPE: the command does not read its input */
-    j->stdin_off += (size_t) n;
-  }
-  epoll_ctl(s->epfd, EPOLL_CTL_DEL, j->in_fd, NULL);
-  close(j->in_fd);
-  j->in_fd = -1;
-}
-
-/* Destroying a fanotify group waits for an SRCU grace period (~15 ms here),
- * and whoever removes the sandbox waits for our exit: a child holding the
- * last reference pays it instead, dying with us (only async-signal-safe
- * calls after fork: proxy threads may run). */
-static void release_mask_watch(struct sup *s)
-{
-  pid_t parent = getpid(), pid;
-  if (s->fan_fd < 0)
-    return;
-  pid = fork();
-  if (pid == 0) {
-    if (dup2(s->fan_fd, 0) < 0)
-      _exit(0);
-    close_range(1, ~0U, 0);
-    if (prctl(PR_SET_PDEATHSIG, SIGKILL) < 0 || getppid() != parent)
-      _exit(0);
-    for (;;)
-      pause();
-  }
-  close(s->fan_fd);
-  s->fan_fd = -1;
-}
-
-static void sup_teardown(struct sup *s, const char *state, const char *cause)
-{
-  _cleanup_free_ char *now = dsec_time_rfc3339();
-  _cleanup_error_ struct dsec_error *e = NULL;
-
-  /* a frozen process does not die of SIGKILL until thawed */
-  if (s->suspended)
-    sup_freeze(s, false);
-
-  /* exclusive execs are out of init's pid namespace: their relays first
-   * (each takes its exec along) */
-  for (size_t i = 0; i < s->njobs; i++)
-    if (s->jobs[i]->xpid > 0) {
-      kill(s->jobs[i]->xpid, SIGKILL);
-      while (waitpid(s->jobs[i]->xpid, NULL, 0) < 0 && errno == EINTR)
-        ;
-    }
-  /* init is PID 1 of the sandbox: when it dies the kernel kills the rest */
-  if (s->init_pid > 0) {
-    kill(s->init_pid, SIGKILL);
-    while (waitpid(s->init_pid, NULL, 0) < 0 && errno == EINTR)
-      ;
-  }
-  if (s->cg) {
-    dsec_cgroup_destroy(s->cg, &e);
-    if (e)
-      dsec_warn("%s", e->msg);
-  }
-  /* answer whoever still waits */
-  for (size_t i = 0; i < s->njobs; i++) {
-    struct job *j = s->jobs[i];
-    if (j->cl)
-      reply_error(j->cl, cause ? cause : state, DSEC_EXIT_INTERNAL);
-  }
-  json_object_set_new(s->state, "state", json_string(state));
-  json_object_set_new(s->state, "ended", json_string(now));
-  if (cause)
-    json_object_set_new(s->state, "cause", json_string(cause));
-  sup_write_state(s);
-  if (strcmp(state, "died") == 0 || strcmp(state, "expired") == 0)
-    sup_event(s, json_pack("{s:s, s:s}", "type", state, "cause",
-                           cause ? cause : state));
-  if (s->audit)
-    dsec_audit_finish(s->audit);
-  if (s->run_fd >= 0)
-    unlinkat(s->run_fd, "ctl.sock", 0);
-  fsync(s->events_fd);
-  release_mask_watch(s);
-  _exit(0);
-}
-
-static void sup_signal(struct sup *s)
-{
-  struct signalfd_siginfo si;
-  while (read(s->sfd, &si, sizeof si) == sizeof si) {
-    if (si.ssi_signo == SIGTERM || si.ssi_signo == SIGINT ||
-        si.ssi_signo == SIGHUP)
-      sup_teardown(s, "stopped", "supervisor terminated");
-  }
-  for (;;) {
-    int status;
-    pid_t pid = waitpid(-1, &status, WNOHANG);
-    if (pid <= 0)
-      break;
-    for (size_t i = 0; i < s->njobs; i++)
-      if (s->jobs[i]->xpid == pid) {
-        struct job *j = s->jobs[i];
-        j->xpid = 0;
-        j->exited = true;
-        j->status = status;
-        job_finish(s, j);
-        break;
-      }
-    if (pid == s->init_pid) {
-      int64_t ooms = s->cg ? dsec_cgroup_oom_kills(s->cg) : -1;
-      _cleanup_free_ char *cause =
-        ooms > 0 && WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL
-          ? xstrdup("oom")
-        : WIFSIGNALED(status)
-          ? xasprintf("init killed by signal %d", WTERMSIG(status))
-          : xasprintf("init exited with status %d", WEXITSTATUS(status));
-      s->init_pid = 0;
-      sup_teardown(s, "died", cause);
-    }
-  }
-}
-
-static int sup_timeout_ms(struct sup *s)
-{
+  struct sup *s = e->b;
   double now = now_ms(), next = -1;
   /* a pending suppressed count is written when its second ends */
   if (s->processes_suppressed)
     next = s->process_window + 1000;
   if (s->denials_suppressed && (next < 0 || s->denial_window + 1000 < next))
     next = s->denial_window + 1000;
-  for (size_t i = 0; i < s->njobs; i++)
-    if (s->jobs[i]->deadline > 0 && !s->jobs[i]->kill_sent &&
-        (next < 0 || s->jobs[i]->deadline < next))
-      next = s->jobs[i]->deadline;
-  if (s->ttl_s > 0) {
-    double t = s->start_ms + (double) s->ttl_s * 1000;
-    if (next < 0 || t < next)
-      next = t;
-  }
-  if (s->idle_s > 0 && s->njobs == 0) {
-    double t = s->last_activity_ms + (double) s->idle_s * 1000;
-    if (next < 0 || t < next)
-      next = t;
-  }
   if (next < 0)
     return -1;
   return next <= now ? 0 : (int) (next - now) + 1;
 }
 
-/* Signals every process of an exec.  An exclusive one dies with its
- * relay (our child) whatever the signal: its processes are out of our
- * reach (and init's) otherwise. */
-static void job_kill(struct sup *s, struct job *j, int sig)
+static void ctr_timers(struct dsec_engine *e)
 {
-  if (j->xpid > 0) {
-    kill(j->xpid, SIGKILL);
-    return;
-  }
-  {
-    json_t *m = json_pack("{s:s, s:I, s:i}", "op", "kill", "xid",
-                          (json_int_t) j->xid, "signal", sig);
-    msg_send(s->isock, m, NULL, 0);
-    json_decref(m);
-  }
-}
-
-static void sup_timers(struct sup *s)
-{
-  double now = now_ms();
+  struct sup *s = e->b;
   if (s->processes_suppressed || s->denials_suppressed)
-    flush_suppressed(s, now);
-  for (size_t i = 0; i < s->njobs; i++) {
-    struct job *j = s->jobs[i];
-    if (j->deadline > 0 && !j->kill_sent && now >= j->deadline) {
-      j->timed_out = true;
-      j->kill_sent = true;
-      job_kill(s, j, SIGKILL);
-    }
-  }
-  if (s->ttl_s > 0 && now >= s->start_ms + (double) s->ttl_s * 1000)
-    sup_teardown(s, "expired", "ttl");
-  if (s->idle_s > 0 && s->njobs == 0 && !s->suspended &&
-      now >= s->last_activity_ms + (double) s->idle_s * 1000) {
-    const char *action = json_string_value(json_object_get(s->spec,
-                                                           "idle_action"));
-    if (action && strcmp(action, "suspend") == 0) {
-      /* idle_action suspend: checkpoint and release, resumable later */
-      json_t *r = sup_suspend(s, true, NULL);
-      bool ok = s->end_state != NULL;
-      json_decref(r);
-      if (ok)
-        sup_teardown(s, "suspended", "idle");
-      /* a failed checkpoint: the sandbox is removed as an idle one */
-    }
-    sup_teardown(s, "expired", "idle");
-  }
+    flush_suppressed(s, now_ms());
 }
 
-_Noreturn static void sup_loop(struct sup *s)
-{
-  struct epoll_event evs[64];
-  for (;;) {
-    int n = epoll_wait(s->epfd, evs, 64, sup_timeout_ms(s));
-    if (n < 0 && errno != EINTR)
-      sup_teardown(s, "died", "supervisor error");
-    for (int i = 0; i < n; i++) {
-      struct watch *w = evs[i].data.ptr;
-      if (w->dead)
-        continue;
-      switch (w->kind) {
-      case W_LISTEN:
-        accept_clients(s);
-        break;
-      case W_SIGNAL:
-        sup_signal(s);
-        break;
-      case W_INIT:
-        init_message(s);
-        break;
-      case W_CLIENT:
-        client_readable(s, w->p);
-        break;
-      case W_OUT:
-        capture_read(&((struct job *) w->p)->out, ((struct job *) w->p)->cap);
-        break;
-      case W_ERR:
-        capture_read(&((struct job *) w->p)->err, ((struct job *) w->p)->cap);
-        break;
-      case W_IN:
-        stdin_writable(s, w->p);
-        break;
-      case W_NOTIFY:
-        listener_ready(s, w->p, evs[i].events);
-        break;
-      case W_PROXY:
-        proxy_accept(s);
-        break;
-      case W_FANOTIFY:
-        masks_opened(s);
-        break;
-      case W_XSOCK:
-        xsock_message(s, w->p);
-        break;
-      }
-    }
-    for (size_t g = 0; g < s->ngraves; g++)
-      free(s->graves[g]);
-    s->ngraves = 0;
-    sup_timers(s);
-  }
-}
 
+/* ---- the root file system */
 
 /* With resources.disk_mb, the writable layer lives on an ext4 file system
  * of that size (a sparse file in the sandbox's directory on a loop
@@ -2736,8 +2050,8 @@ _Noreturn static void sup_loop(struct sup *s)
 static char *disk_limited_upper(struct sup *s, json_int_t mb, uid_t base,
                                 struct dsec_error **err)
 {
-  _cleanup_free_ char *img = xasprintf("%s/upper.img", s->dir);
-  _cleanup_free_ char *mnt = xasprintf("%s/upperfs", s->run);
+  _cleanup_free_ char *img = xasprintf("%s/upper.img", s->e->dir);
+  _cleanup_free_ char *mnt = xasprintf("%s/upperfs", s->e->run);
   _cleanup_free_ char *owner = xasprintf("root_owner=%u:%u", base, base);
   _cleanup_free_ char *dev = NULL;
   _cleanup_close_ int fd = open(img, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
@@ -2903,12 +2217,11 @@ static char *rw_map(uid_t owner, uid_t base, uid_t inside)
  * namespace (the sandbox's root reads what the host's root owns); a
  * read-write one through rw_map, so that nothing the sandbox writes there
  * belongs to host root or to another sandbox. */
-static int bind_into_root(struct sup *s, int rfd, json_t *m, int userns,
-                          uid_t base, struct dsec_error **err)
+static int bind_into_root(struct sup *s, int rfd, const struct dsec_mount *m,
+                          int userns, uid_t base, struct dsec_error **err)
 {
-  const char *src = json_string_value(json_object_get(m, "source"));
-  const char *dst = json_string_value(json_object_get(m, "target"));
-  bool ro = json_is_true(json_object_get(m, "ro"));
+  const char *src = m->source, *dst = m->target;
+  bool ro = m->ro;
   struct mount_attr attr = { .attr_set = MOUNT_ATTR_IDMAP | MOUNT_ATTR_NOSUID |
                                          MOUNT_ATTR_NODEV |
                                          (ro ? MOUNT_ATTR_RDONLY : 0),
@@ -2933,8 +2246,8 @@ static int bind_into_root(struct sup *s, int rfd, json_t *m, int userns,
                             "give it to an unprivileged user and group, or "
                             "mount it read-only", src, (unsigned) st.st_uid,
                             (unsigned) st.st_gid);
-    um = rw_map(st.st_uid, base, s->uid);
-    gm = rw_map(st.st_gid, base, s->gid);
+    um = rw_map(st.st_uid, base, s->e->spec->uid);
+    gm = rw_map(st.st_gid, base, s->e->spec->gid);
     mapns = userns_with_maps(um, gm, err);
     if (mapns < 0)
       return dsec_error_wrap(err, "mount %s", src);
@@ -2979,12 +2292,11 @@ static int mount_rootfs(struct sup *s, struct dsec_container_opts *o,
   _cleanup_free_ char *opts = NULL;
   _cleanup_free_ char *upper = NULL;
   _cleanup_free_ char *work = NULL;
-  _cleanup_free_ char *rootfs = xasprintf("%s/rootfs", s->run);
-  json_t *m;
+  _cleanup_free_ char *rootfs = xasprintf("%s/rootfs", s->e->run);
   size_t i;
 
   for (i = 0; i < o->n_layers; i++) {
-    _cleanup_free_ char *dst = xasprintf("%s/lower/%zu", s->run, i);
+    _cleanup_free_ char *dst = xasprintf("%s/lower/%zu", s->e->run, i);
     struct mount_attr attr = { .attr_set = MOUNT_ATTR_IDMAP | MOUNT_ATTR_RDONLY |
                                            MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV,
                                .userns_fd = (uint64_t) userns };
@@ -3016,7 +2328,7 @@ static int mount_rootfs(struct sup *s, struct dsec_container_opts *o,
   }
   if (o->n_layers == 1 || s->fncall) {
     /* overlay wants two lower layers when there is no upper: an empty one */
-    _cleanup_free_ char *empty = xasprintf("%s/lower/empty", s->run);
+    _cleanup_free_ char *empty = xasprintf("%s/lower/empty", s->e->run);
     char *nl;
     mkdir(empty, 0755);
     nl = xasprintf("%s:lower/empty", lowers);
@@ -3026,8 +2338,7 @@ static int mount_rootfs(struct sup *s, struct dsec_container_opts *o,
   if (dsec_mkdir_p(AT_FDCWD, rootfs, 0755, err) < 0)
     return -1;
   {
-    json_int_t mb = json_integer_value(
-      json_object_get(json_object_get(s->spec, "resources"), "disk_mb"));
+    int64_t mb = s->e->spec->resources.disk_mb;
     _cleanup_free_ char *top = NULL;
     if (mb > 0 && !s->fncall) {
       top = disk_limited_upper(s, mb, base, err);
@@ -3035,7 +2346,7 @@ static int mount_rootfs(struct sup *s, struct dsec_container_opts *o,
         return -1;
       s->upperfs = xstrdup(top);
     } else
-      top = xstrdup(s->dir);
+      top = xstrdup(s->e->dir);
     upper = xasprintf("%s/upper", top);
     work = xasprintf("%s/work", top);
   }
@@ -3062,8 +2373,8 @@ static int mount_rootfs(struct sup *s, struct dsec_container_opts *o,
       opts = xasprintf("lowerdir=%s,upperdir=%s,workdir=%s%s,volatile",
                        lowers, upper, work, x);
   }
-  if (fchdir(s->run_fd) < 0)
-    return dsec_fail(err, errno, "cannot enter %s", s->run);
+  if (fchdir(s->e->run_fd) < 0)
+    return dsec_fail(err, errno, "cannot enter %s", s->e->run);
   if (mount("overlay", "rootfs", "overlay", MS_NOSUID | MS_NODEV, opts) < 0)
     return dsec_fail(err, errno, "cannot mount the overlay");
   if (chdir("/") < 0)
@@ -3073,15 +2384,12 @@ static int mount_rootfs(struct sup *s, struct dsec_container_opts *o,
     _cleanup_close_ int rfd = open(rootfs, O_PATH | O_DIRECTORY | O_CLOEXEC);
     if (rfd < 0)
       return dsec_fail(err, errno, "cannot open %s", rootfs);
-    json_array_foreach(json_object_get(s->spec, "mounts"), i, m)
-    {
-      if (bind_into_root(s, rfd, m, userns, base, err) < 0)
+    for (i = 0; i < s->e->spec->n_mounts; i++)
+      if (bind_into_root(s, rfd, &s->e->spec->mounts[i], userns, base, err) < 0)
         return -1;
-    }
   }
   return 0;
 }
-
 
 struct attach_job {
   struct dsec_cgroup *cg;
@@ -3096,52 +2404,44 @@ static void *attach_main(void *arg)
   return NULL;
 }
 
-_Noreturn void dsec_supervisor_main(struct dsec_container_opts *o)
+
+/* ---- the container backend */
+
+static const struct dsec_backend_ops container_ops = {
+  .exec = ctr_exec,
+  .signal = ctr_signal,
+  .freeze = ctr_freeze,
+  .checkpoint = ctr_checkpoint,
+  .exec_done = ctr_exec_done,
+  .job_free = ctr_job_free,
+  .child = ctr_child,
+  .next_timer = ctr_next_timer,
+  .timers = ctr_timers,
+  .stop = ctr_stop,
+  .after_end = ctr_after_end,
+};
+
+/* fncall: the root is read-only, calls share nothing: no state to keep */
+static const struct dsec_backend_ops fncall_ops = {
+  .exec = ctr_exec,
+  .signal = ctr_signal,
+  .freeze = ctr_freeze,
+  .exec_done = ctr_exec_done,
+  .job_free = ctr_job_free,
+  .child = ctr_child,
+  .next_timer = ctr_next_timer,
+  .timers = ctr_timers,
+  .stop = ctr_stop,
+  .after_end = ctr_after_end,
+};
+
+/* 1. A mount namespace of our own (nothing we mount is seen by the host,
+ * and everything goes when we exit); rootless, inside a user namespace of
+ * our own that maps its root to us (the sandbox shares it: only one id is
+ * ours to map).  The run directory is private: the sandbox's processes
+ * never need a host path, its init enters the root through a descriptor. */
+static int own_namespaces(struct sup *s, struct dsec_error **err)
 {
-  struct attach_job attach = { 0 };
-  char created[64];
-  pthread_t attach_thread;
-  bool attach_started = false;
-  struct sup sv = { 0 }, *s = &sv;
-  struct dsec_error *err = NULL;
-  struct stage1_args a = { 0 };
-  int ip[2] = { -1, -1 };
-  _cleanup_free_ char *now = dsec_time_rfc3339();
-  _cleanup_free_ char *userns_path = NULL;
-  _cleanup_close_ int userns = -1;
-  uid_t base, count;
-  sigset_t mask;
-  json_t *v;
-
-  s->id = o->id;
-  s->spec = o->spec;
-  s->dir = dsec_sandbox_dir(o->id);
-  s->run = dsec_sandbox_run_dir(o->id);
-  s->epfd = s->sfd = s->lsock = s->isock = s->traj.fd = s->events_fd = -1;
-  s->proxy_lfd = -1;
-  s->fan_fd = -1;
-  s->run_fd = -1;
-  s->msgbuf = xmalloc(MSG_MAX);
-  s->fncall = strcmp(json_string_value(json_object_get(o->spec, "backend")),
-                     "fncall") == 0;
-  s->workdir = json_string_value(json_object_get(o->spec, "workdir"));
-  dsec_parse_user(json_string_value(json_object_get(o->spec, "user")), &s->uid,
-                  &s->gid);
-  s->ttl_s = json_integer_value(json_object_get(o->spec, "ttl_s"));
-  s->idle_s = json_integer_value(json_object_get(o->spec, "idle_timeout_s"));
-  s->start_ms = s->last_activity_ms = now_ms();
-  s->base_env = dsec_exec_base_env(o->spec, o->environment, s->uid);
-
-  dsec_supervisor_begin(s->dir, &mask);
-  {
-    _cleanup_free_ char *title = xasprintf("dsec-supervise %s", o->id);
-    set_cmdline(title);
-  }
-
-  /* 1. a mount namespace of our own; rootless, inside a user namespace of
-   * our own that maps its root to us (the sandbox shares it: only one id
-   * is ours to map) */
-  s->rootless = geteuid() != 0;
   if (s->rootless) {
     char map[64];
     uid_t uid = geteuid();
@@ -3153,64 +2453,52 @@ _Noreturn void dsec_supervisor_main(struct dsec_container_opts *o)
       setenv("DSEC_ROOT", root, 1);
       setenv("DSEC_RUN", run, 1);
     }
-    if (unshare(CLONE_NEWUSER) < 0) {
-      dsec_fail(&err, errno, "cannot create a user namespace (are "
-                             "unprivileged user namespaces enabled?)");
-      goto fail;
-    }
+    if (unshare(CLONE_NEWUSER) < 0)
+      return dsec_fail(err, errno, "cannot create a user namespace (are "
+                                   "unprivileged user namespaces enabled?)");
     snprintf(map, sizeof map, "0 %u 1\n", uid);
     if (write_file("/proc/self/setgroups", "deny") < 0 ||
-        write_file("/proc/self/uid_map", map) < 0) {
-      dsec_fail(&err, errno, "cannot map our user id");
-      goto fail;
-    }
+        write_file("/proc/self/uid_map", map) < 0)
+      return dsec_fail(err, errno, "cannot map our user id");
     snprintf(map, sizeof map, "0 %u 1\n", gid);
-    if (write_file("/proc/self/gid_map", map) < 0) {
-      dsec_fail(&err, errno, "cannot map our group id");
-      goto fail;
-    }
+    if (write_file("/proc/self/gid_map", map) < 0)
+      return dsec_fail(err, errno, "cannot map our group id");
   }
   if (unshare(CLONE_NEWNS) < 0 ||
-      mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) < 0) {
-    dsec_fail(&err, errno, "cannot create a mount namespace");
-    goto fail;
-  }
-  /* private (0700): the sandbox's processes never need a host path, its
-   * init enters the root file system through a descriptor */
+      mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) < 0)
+    return dsec_fail(err, errno, "cannot create a mount namespace");
   {
     _cleanup_free_ char *top = dsec_run_dir();
-    if (dsec_private_dir(top, &err) < 0 || dsec_private_dir(s->run, &err) < 0)
-      goto fail;
+    if (dsec_private_dir(top, err) < 0 ||
+        dsec_private_dir(s->e->run, err) < 0)
+      return -1;
   }
-  s->run_fd = open(s->run, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  {
-    _cleanup_free_ char *tp = xasprintf("%s/trajectory.jsonl", s->dir);
-    _cleanup_free_ char *ep = xasprintf("%s/events.jsonl", s->dir);
-    s->traj.fd = open(tp, O_RDWR | O_APPEND | O_CREAT | O_CLOEXEC, 0644);
-    s->events_fd = open(ep, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0644);
-    if (s->run_fd < 0 || s->traj.fd < 0 || s->events_fd < 0) {
-      dsec_fail(&err, errno, "cannot open the sandbox's files");
-      goto fail;
-    }
-    dsec_traj_load(&s->traj);
-  }
-  {
-    /* the budget counts what the file holds and what earlier supervisors
-     * of this sandbox dropped */
-    _cleanup_json_ json_t *old = dsec_sandbox_state_read(o->id, NULL);
-    s->audit = dsec_audit_new(s->events_fd, s->id, o->spec, old);
-  }
+  s->e->run_fd = open(s->e->run, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (s->e->run_fd < 0)
+    return dsec_fail(err, errno, "cannot open %s", s->e->run);
+  return 0;
+}
 
-  /* 2. cgroups */
-  if (dsec_cgroup_create(o->id, json_object_get(o->spec, "resources"), &s->cg,
-                         &err) < 0)
-    goto fail;
+/* 3. stage1, which makes the sandbox's user namespace as the sandbox's
+ * own host id, and its maps: root inside is the first id of the range. */
+static int start_stage1(struct sup *s, json_t *spec, struct dsec_error **err)
+{
+  struct stage1_args a = { 0 };
+  int ip[2];
 
-  /* 3. stage1 in a new user namespace */
-  if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, ip) < 0) {
-    dsec_fail(&err, errno, "cannot create the control channel");
-    goto fail;
+  if (s->rootless) {
+    /* the sandbox's root is our own root, which is us on the host */
+    s->base = 0;
+    s->count = 1;
+  } else {
+    struct dsec_idrange r;
+    if (dsec_idrange_acquire(s->e->id, &r, err) < 0)
+      return -1;
+    s->base = r.base;
+    s->count = r.count;
   }
+  if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, ip) < 0)
+    return dsec_fail(err, errno, "cannot create the control channel");
   {
     int sz = MSG_MAX + 4096;
     setsockopt(ip[0], SOL_SOCKET, SO_SNDBUFFORCE, &sz, sizeof sz);
@@ -3218,23 +2506,11 @@ _Noreturn void dsec_supervisor_main(struct dsec_container_opts *o)
     setsockopt(ip[0], SOL_SOCKET, SO_RCVBUFFORCE, &sz, sizeof sz);
     setsockopt(ip[1], SOL_SOCKET, SO_RCVBUFFORCE, &sz, sizeof sz);
   }
-  if (s->rootless) {
-    /* the sandbox's root is our own root, which is us on the host */
-    base = 0;
-    count = 1;
-  } else {
-    struct dsec_idrange r;
-    if (dsec_idrange_acquire(o->id, &r, &err) < 0)
-      goto fail;
-    base = r.base;
-    count = r.count;
-  }
-  s->base = base;
   a.sock = ip[1];
   a.rootfd = -1;
-  a.spec = o->spec;
+  a.spec = spec;
   a.fncall = s->fncall;
-  a.owner = s->rootless ? 0 : base;
+  a.owner = s->rootless ? 0 : s->base;
   s->stage1_pid = (pid_t) syscall(SYS_clone, SIGCHLD, NULL, NULL, NULL, 0);
   if (s->stage1_pid == 0) {
     close(ip[0]);
@@ -3242,10 +2518,8 @@ _Noreturn void dsec_supervisor_main(struct dsec_container_opts *o)
   }
   close(ip[1]);
   s->isock = ip[0];
-  if (s->stage1_pid < 0) {
-    dsec_fail(&err, errno, "cannot start the sandbox");
-    goto fail;
-  }
+  if (s->stage1_pid < 0)
+    return dsec_fail(err, errno, "cannot start the sandbox");
   if (!s->rootless) {
     char map[64], path[64];
     int fds[3], nfds;
@@ -3253,113 +2527,91 @@ _Noreturn void dsec_supervisor_main(struct dsec_container_opts *o)
     const char *op = json_string_value(json_object_get(m, "op"));
     bool made = op && strcmp(op, "userns") == 0;
     if (!made && op && strcmp(op, "failed") == 0)
-      dsec_fail(&err, (int) json_integer_value(json_object_get(m, "errno")),
+      dsec_fail(err, (int) json_integer_value(json_object_get(m, "errno")),
                 "%s", json_string_value(json_object_get(m, "msg")));
     for (int i = 0; i < nfds; i++)
       close(fds[i]);
     json_decref(m);
-    if (!made) {
-      if (!err)
-        dsec_fail(&err, 0, "the sandbox's first process died");
-      goto fail;
-    }
-    snprintf(map, sizeof map, "0 %u %u\n", base, count);
+    if (!made)
+      return dsec_fail(err, 0, "the sandbox's first process died");
+    snprintf(map, sizeof map, "0 %u %u\n", s->base, s->count);
     snprintf(path, sizeof path, "/proc/%d/uid_map", (int) s->stage1_pid);
-    if (write_file(path, map) < 0) {
-      dsec_fail(&err, errno, "cannot write the uid map");
-      goto fail;
-    }
+    if (write_file(path, map) < 0)
+      return dsec_fail(err, errno, "cannot write the uid map");
     snprintf(path, sizeof path, "/proc/%d/gid_map", (int) s->stage1_pid);
-    if (write_file(path, map) < 0) {
-      dsec_fail(&err, errno, "cannot write the gid map");
-      goto fail;
-    }
+    if (write_file(path, map) < 0)
+      return dsec_fail(err, errno, "cannot write the gid map");
   }
-  /* Moving a task into a v1 cgroup waits for an RCU grace period (~10 ms
-   * here): it runs on a thread of its own while we mount. */
-  attach.cg = s->cg;
-  attach.pid = s->stage1_pid;
-  if (pthread_create(&attach_thread, NULL, attach_main, &attach) != 0) {
-    dsec_fail(&err, errno, "cannot start a thread");
-    goto fail;
-  }
-  attach_started = true;
+  return 0;
+}
 
-  /* 4. the root file system */
-  userns_path = xasprintf("/proc/%d/ns/user", (int) s->stage1_pid);
-  userns = open(userns_path, O_RDONLY | O_CLOEXEC);
-  if (userns < 0) {
-    dsec_fail(&err, errno, "cannot open the user namespace");
-    goto fail;
-  }
-  if (mount_rootfs(s, o, userns, base, &err) < 0)
-    goto fail;
-  pthread_join(attach_thread, NULL);
-  attach_started = false;
-  if (attach.err) {
-    err = steal_pointer(&attach.err);
-    goto fail;
-  }
+/* 4. The root file system, while a thread moves stage1 into the cgroups
+ * (a task into a v1 cgroup waits for an RCU grace period, ~10 ms here). */
+static int root_file_system(struct sup *s, struct dsec_container_opts *o,
+                            struct dsec_error **err)
+{
+  struct attach_job attach = { s->e->cg, s->stage1_pid, NULL };
+  _cleanup_free_ char *userns_path =
+    xasprintf("/proc/%d/ns/user", (int) s->stage1_pid);
+  _cleanup_close_ int userns = open(userns_path, O_RDONLY | O_CLOEXEC);
+  pthread_t t;
+  int r;
 
-  /* masked files the sandbox opens are recorded: each gets an empty file
-   * of its own, watched with fanotify (root only; fncall calls mount a
-   * /proc without them) */
-  if (!s->rootless && !s->fncall)
-    watch_masks(s);
-  else
-    s->audit_off = xasprintf("masked: not recorded %s",
-                             s->rootless ? "rootless (fanotify needs root)"
-                                         : "by the fncall backend");
+  if (userns < 0)
+    return dsec_fail(err, errno, "cannot open the user namespace");
+  if (pthread_create(&t, NULL, attach_main, &attach) != 0)
+    return dsec_fail(err, errno, "cannot start a thread");
+  r = mount_rootfs(s, o, userns, s->base, err);
+  pthread_join(t, NULL);
+  if (r == 0 && attach.err) {
+    *err = steal_pointer(&attach.err);
+    r = -1;
+  }
+  dsec_error_free(attach.err);
+  return r;
+}
 
-  /* 5. go, with the root file system */
+/* 5 and 6. stage1 goes on with the root file system; init sets the
+ * sandbox up and reports ready, or why not. */
+static int start_init(struct sup *s, struct dsec_error **err)
+{
   {
-    _cleanup_free_ char *rootfs = xasprintf("%s/rootfs", s->run);
+    _cleanup_free_ char *rootfs = xasprintf("%s/rootfs", s->e->run);
     _cleanup_close_ int rfd = open(rootfs, O_PATH | O_DIRECTORY | O_CLOEXEC);
     json_t *go = json_pack("{s:s}", "op", "go");
     int r = rfd < 0 ? -1 : msg_send(s->isock, go, &rfd, 1);
     json_decref(go);
-    if (r < 0) {
-      dsec_fail(&err, errno, "cannot start stage1");
-      goto fail;
-    }
+    if (r < 0)
+      return dsec_fail(err, errno, "cannot start stage1");
   }
-  {
-    int st;
-    while (waitpid(s->stage1_pid, &st, 0) < 0 && errno == EINTR)
-      ;
-    s->stage1_pid = 0;
-  }
-  /* 6. init reports ready (or why not) */
+  while (waitpid(s->stage1_pid, NULL, 0) < 0 && errno == EINTR)
+    ;
+  s->stage1_pid = 0;
   for (;;) {
     int fds[3], nfds;
     struct pollfd pf = { s->isock, POLLIN, 0 };
     json_t *m;
     const char *op;
-    if (poll(&pf, 1, 60000) <= 0) {
-      dsec_fail(&err, ETIMEDOUT, "the sandbox's init did not start");
-      goto fail;
-    }
+    if (poll(&pf, 1, 60000) <= 0)
+      return dsec_fail(err, ETIMEDOUT, "the sandbox's init did not start");
     m = msg_recv(s->isock, s->msgbuf, MSG_MAX, fds, &nfds);
-    if (m && nfds == 1 &&
-        strcmp(json_string_value(json_object_get(m, "op")) ?: "", "ready") == 0) {
+    op = json_string_value(json_object_get(m, "op"));
+    if (m && nfds == 1 && op && strcmp(op, "ready") == 0) {
       s->proxy_lfd = fds[0];
       nfds = 0;
     }
     for (int i = 0; i < nfds; i++)
       close(fds[i]);
-    if (!m) {
-      dsec_fail(&err, 0, "the sandbox's init died while starting");
-      goto fail;
-    }
-    op = json_string_value(json_object_get(m, "op"));
+    if (!m)
+      return dsec_fail(err, 0, "the sandbox's init died while starting");
     if (op && strcmp(op, "failed") == 0) {
       json_int_t st = json_integer_value(json_object_get(m, "status"));
-      dsec_error_set(&err, st ? (int) st : DSEC_EXIT_FAILURE,
+      dsec_error_set(err, st ? (int) st : DSEC_EXIT_FAILURE,
                      (int) json_integer_value(json_object_get(m, "errno")),
                      "sandbox setup: %s",
                      json_string_value(json_object_get(m, "msg")));
       json_decref(m);
-      goto fail;
+      return -1;
     }
     if (op && strcmp(op, "ready") == 0) {
       const char *why =
@@ -3382,101 +2634,87 @@ _Noreturn void dsec_supervisor_main(struct dsec_container_opts *o)
     if (children)
       s->init_pid = (pid_t) strtol(children, NULL, 10);
   }
-  if (s->init_pid <= 0) {
-    dsec_fail(&err, 0, "cannot find the sandbox's init");
-    goto fail;
-  }
+  if (s->init_pid <= 0)
+    return dsec_fail(err, 0, "cannot find the sandbox's init");
+  return 0;
+}
 
-  /* 7. serve */
-  s->lsock = dsec_ctl_listen(s->run_fd, s->run, &err);
-  if (s->lsock < 0)
-    goto fail;
-  s->epfd = epoll_create1(EPOLL_CLOEXEC);
-  s->sfd = signalfd(-1, &mask, SFD_CLOEXEC | SFD_NONBLOCK);
-  s->w_listen = (struct watch){ W_LISTEN, NULL };
-  s->w_signal = (struct watch){ W_SIGNAL, NULL };
-  s->w_init = (struct watch){ W_INIT, NULL };
-  if (s->epfd < 0 || s->sfd < 0 || ep_add(s, s->lsock, EPOLLIN, &s->w_listen) < 0 ||
-      ep_add(s, s->sfd, EPOLLIN, &s->w_signal) < 0 ||
-      ep_add(s, s->isock, EPOLLIN, &s->w_init) < 0) {
-    dsec_fail(&err, errno, "cannot set up the event loop");
-    goto fail;
-  }
+/* 7. What the engine serves besides the exec socket: init's messages,
+ * opens of masked files, the proxy's port. */
+static int watch_sandbox(struct sup *s, struct dsec_error **err)
+{
+  struct dsec_engine *e = s->e;
+  s->w_init = (struct dsec_watch){ init_message, NULL, false };
+  if (dsec_engine_watch(e, s->isock, EPOLLIN, &s->w_init) < 0)
+    return dsec_fail(err, errno, "cannot watch the sandbox's init");
   if (s->fan_fd >= 0) {
-    s->w_fan = (struct watch){ W_FANOTIFY, NULL, false };
-    ep_add(s, s->fan_fd, EPOLLIN, &s->w_fan);
+    s->w_fan = (struct dsec_watch){ masks_opened, NULL, false };
+    dsec_engine_watch(e, s->fan_fd, EPOLLIN, &s->w_fan);
   }
   if (s->proxy_lfd >= 0) {
-    dsec_net_events_init(&s->net, s->audit);
-    s->proxy = dsec_proxy_new(json_object_get(o->spec, "network"),
-                              dsec_net_events_report, &s->net);
-    s->w_proxy = (struct watch){ W_PROXY, NULL, false };
-    if (ep_add(s, s->proxy_lfd, EPOLLIN, &s->w_proxy) < 0) {
-      dsec_fail(&err, errno, "cannot serve the proxy");
-      goto fail;
-    }
+    dsec_net_events_init(&e->net, e->audit);
+    e->proxy = dsec_proxy_new(e->spec->network.json, dsec_net_events_report,
+                              &e->net);
+    s->w_proxy = (struct dsec_watch){ proxy_accept, NULL, false };
+    if (dsec_engine_watch(e, s->proxy_lfd, EPOLLIN, &s->w_proxy) < 0)
+      return dsec_fail(err, errno, "cannot serve the proxy");
   }
+  return 0;
+}
 
-  {
-    /* the creator's time (a resumed sandbox keeps its first one) */
-    _cleanup_json_ json_t *old = dsec_sandbox_state_read(o->id, NULL);
-    const char *c = json_string_value(json_object_get(old, "created"));
-    if (c && *c)
-      snprintf(created, sizeof created, "%s", c);
-    else
-      snprintf(created, sizeof created, "%s", now);
-  }
-  s->state = json_pack("{s:s, s:s, s:s, s:s, s:i, s:I, s:i, s:s, s:o, s:s, "
-                       "s:s}",
-                       "type", "sandbox", "id", o->id, "state", "running",
-                       "backend",
-                       json_string_value(json_object_get(o->spec, "backend")),
-                       "supervisor_pid", (int) getpid(), "supervisor_start",
-                       (json_int_t) dsec_process_starttime(getpid()),
-                       "init_pid", (int) s->init_pid, "created", created, "cgroup",
-                       dsec_cgroup_to_json(s->cg), "rootfs", "", "socket", "");
-  {
-    _cleanup_free_ char *rootfs = xasprintf("%s/rootfs", s->run);
-    _cleanup_free_ char *sock = xasprintf("%s/ctl.sock", s->run);
-    json_object_set_new(s->state, "rootfs", json_string(rootfs));
-    json_object_set_new(s->state, "socket", json_string(sock));
-    json_object_set_new(s->state, "idmap",
-                        json_pack("{s:I, s:I}", "host_base", (json_int_t) base,
-                                  "count", (json_int_t) count));
-  }
-  if ((v = json_object_get(o->spec, "name")))
-    json_object_set(s->state, "name", v);
+/* The container's fields of the sandbox's state (new). */
+static json_t *state_fields(struct sup *s)
+{
+  _cleanup_free_ char *rootfs = xasprintf("%s/rootfs", s->e->run);
+  json_t *f = json_pack("{s:i, s:s, s:{s:I, s:I}}", "init_pid",
+                        (int) s->init_pid, "rootfs", rootfs, "idmap",
+                        "host_base", (json_int_t) s->base, "count",
+                        (json_int_t) s->count);
   if (s->audit_off)
-    json_object_set_new(s->state, "audit_unavailable", json_string(s->audit_off));
+    json_object_set_new(f, "audit_unavailable", json_string(s->audit_off));
   if (s->landlock)
-    json_object_set(s->state, "landlock", s->landlock);
+    json_object_set(f, "landlock", s->landlock);
   if (s->landlock_off)
-    json_object_set_new(s->state, "landlock_unavailable",
+    json_object_set_new(f, "landlock_unavailable",
                         json_string(s->landlock_off));
-  {
-    _cleanup_free_ char *boot = dsec_boot_id();
-    if (boot)
-      json_object_set_new(s->state, "boot_id", json_string(boot));
-  }
-  sup_write_state(s);
-  sup_event(s, json_pack("{s:s, s:s, s:O}", "type", "created", "backend",
-                         json_string_value(json_object_get(o->spec, "backend")),
-                         "labels", json_object_get(o->spec, "labels")));
-  dsec_supervisor_report(o->ready_fd, json_pack("{s:b}", "ok", true));
-  close(o->ready_fd);
-  o->ready_fd = -1;
-  sup_loop(s);
+  return f;
+}
 
-fail:
-  if (attach_started)
-    pthread_join(attach_thread, NULL);
-  dsec_supervisor_report(o->ready_fd, json_pack("{s:b, s:s, s:i, s:i}", "ok", false, "error",
-                                err ? err->msg : "unknown error", "status",
-                                err ? err->status : 1, "errno",
-                                err ? err->errnum : 0));
-  if (s->stage1_pid > 0)
-    kill(s->stage1_pid, SIGKILL);
-  if (s->cg)
-    dsec_cgroup_destroy(s->cg, NULL);
-  _exit(1);
+_Noreturn void dsec_supervisor_main(struct dsec_container_opts *o)
+{
+  struct dsec_engine engine, *e = &engine;
+  struct sup sv = { 0 }, *s = &sv;
+  struct dsec_error *err = NULL;
+
+  s->e = e;
+  s->isock = s->proxy_lfd = s->fan_fd = -1;
+  s->msgbuf = xmalloc(MSG_MAX);
+  s->rootless = geteuid() != 0;
+  dsec_engine_init(e, o, &container_ops, s);
+  s->fncall = e->spec->backend == DSEC_BACKEND_FNCALL;
+  if (s->fncall)
+    e->ops = &fncall_ops;
+
+  if (own_namespaces(s, &err) < 0 ||
+      /* 2. cgroups */
+      dsec_cgroup_create(o->id, json_object_get(o->spec, "resources"), &e->cg,
+                         &err) < 0 ||
+      start_stage1(s, o->spec, &err) < 0 ||
+      root_file_system(s, o, &err) < 0)
+    dsec_engine_fail(e, err);
+  /* masked files the sandbox opens are recorded: each gets an empty file
+   * of its own, watched with fanotify (root only; fncall calls mount a
+   * /proc without them) */
+  if (!s->rootless && !s->fncall)
+    watch_masks(s);
+  else
+    s->audit_off = xasprintf("masked: not recorded %s",
+                             s->rootless ? "rootless (fanotify needs root)"
+                                         : "by the fncall backend");
+  if (start_init(s, &err) < 0 || watch_sandbox(s, &err) < 0)
+    dsec_engine_fail(e, err);
+  dsec_engine_serve(e, state_fields(s),
+                    json_pack("{s:s, s:s, s:O}", "type", "created", "backend",
+                              dsec_backend_name(e->spec->backend), "labels",
+                              e->spec->labels));
 }

@@ -44,4 +44,8 @@ char *dsec_sibling_program(const char *name);
 /* Whether an executable prog is in $PATH (or the default path). */
 bool dsec_in_path(const char *prog);
 
+/* Overwrites the process's command line with title (within the space the
+ * original one had), for ps. */
+void dsec_set_cmdline(const char *title);
+
 #endif

@@ -1,0 +1,840 @@
+/* The supervisor core shared by every backend: see engine.h. */
+#include <config.h>
+
+#include "engine.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/prctl.h>
+#include <sys/signalfd.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "cgroup.h"
+#include "fsutil.h"
+#include "log.h"
+#include "process.h"
+#include "sandbox.h"
+#include "store.h"
+
+static double now_ms(void) { return dsec_now_ms(); }
+
+/* ---- the process */
+
+void dsec_engine_init(struct dsec_engine *e, struct dsec_container_opts *o,
+                      const struct dsec_backend_ops *ops, void *backend)
+{
+  struct dsec_error *err = NULL;
+
+  memset(e, 0, sizeof *e);
+  e->id = o->id;
+  e->ops = ops;
+  e->b = backend;
+  e->spec_json = o->spec;
+  e->dir = dsec_sandbox_dir(o->id);
+  e->run = dsec_sandbox_run_dir(o->id);
+  e->epfd = e->sfd = e->lsock = e->run_fd = e->events_fd = -1;
+  e->traj.fd = -1;
+  e->ready_fd = o->ready_fd;
+  e->start_ms = e->last_activity_ms = now_ms();
+
+  dsec_supervisor_begin(e->dir, &e->mask);
+  /* the event loop's, made now: a backend adds what it watches as it
+   * sets the sandbox up */
+  e->epfd = epoll_create1(EPOLL_CLOEXEC);
+  e->sfd = signalfd(-1, &e->mask, SFD_CLOEXEC | SFD_NONBLOCK);
+  if (e->epfd < 0 || e->sfd < 0) {
+    dsec_fail(&err, errno, "cannot set up the event loop");
+    dsec_engine_fail(e, err);
+  }
+  {
+    _cleanup_free_ char *title = xasprintf("dsec-supervise %s", o->id);
+    dsec_set_cmdline(title);
+  }
+  if (dsec_spec_parse(o->spec, &e->spec, &err) < 0)
+    dsec_engine_fail(e, err);
+  e->base_env = dsec_exec_base_env(o->spec, o->environment, e->spec->uid);
+  {
+    _cleanup_free_ char *tp = xasprintf("%s/trajectory.jsonl", e->dir);
+    _cleanup_free_ char *ep = xasprintf("%s/events.jsonl", e->dir);
+    e->traj.fd = open(tp, O_RDWR | O_APPEND | O_CREAT | O_CLOEXEC, 0600);
+    e->events_fd = open(ep, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0600);
+    if (e->traj.fd < 0 || e->events_fd < 0) {
+      dsec_fail(&err, errno, "cannot open the sandbox's files");
+      dsec_engine_fail(e, err);
+    }
+    dsec_traj_load(&e->traj);
+  }
+  {
+    /* the budget counts what the file holds and what earlier supervisors
+     * of this sandbox dropped */
+    _cleanup_json_ json_t *old = dsec_sandbox_state_read(o->id, NULL);
+    e->audit = dsec_audit_new(e->events_fd, e->id, o->spec, old);
+  }
+}
+
+_Noreturn void dsec_engine_fail(struct dsec_engine *e, struct dsec_error *err)
+{
+  dsec_supervisor_report(e->ready_fd,
+                         json_pack("{s:b, s:s, s:i, s:i}", "ok", false, "error",
+                                   err ? err->msg : "unknown error", "status",
+                                   err ? err->status : 1, "errno",
+                                   err ? err->errnum : 0));
+  if (e->ops && e->ops->stop)
+    e->ops->stop(e);
+  if (e->cg)
+    dsec_cgroup_destroy(e->cg, NULL);
+  _exit(1);
+}
+
+/* ---- the event loop's bookkeeping */
+
+int dsec_engine_watch(struct dsec_engine *e, int fd, uint32_t events,
+                      struct dsec_watch *w)
+{
+  struct epoll_event ev = { .events = events, .data.ptr = w };
+  return epoll_ctl(e->epfd, EPOLL_CTL_ADD, fd, &ev);
+}
+
+void dsec_engine_bury(struct dsec_engine *e, void *p)
+{
+  e->graves = xrealloc(e->graves, sizeof *e->graves * (e->ngraves + 1));
+  e->graves[e->ngraves++] = p;
+}
+
+void dsec_engine_event(struct dsec_engine *e, json_t *ev)
+{
+  _cleanup_error_ struct dsec_error *err = NULL;
+  dsec_audit_append(e->audit, ev, &err);
+  json_decref(ev);
+}
+
+void dsec_engine_event_first(struct dsec_engine *e, json_t *ev,
+                             enum dsec_audit_kind kind, const void *key,
+                             size_t len)
+{
+  _cleanup_error_ struct dsec_error *err = NULL;
+  dsec_audit_append_first(e->audit, ev, kind, key, len, &err);
+  json_decref(ev);
+}
+
+void dsec_engine_write_state(struct dsec_engine *e)
+{
+  _cleanup_error_ struct dsec_error *err = NULL;
+  if (dsec_sandbox_state_write(e->id, e->state, &err) < 0)
+    dsec_warn("cannot write state: %s", err->msg);
+}
+
+struct dsec_job *dsec_engine_job(struct dsec_engine *e, uint64_t xid)
+{
+  for (size_t i = 0; i < e->njobs; i++)
+    if (e->jobs[i]->xid == xid)
+      return e->jobs[i];
+  return NULL;
+}
+
+/* ---- clients */
+
+static void client_next(struct dsec_engine *e, struct dsec_client *cl);
+
+/* An answer goes whole: the socket blocks for it (SO_SNDTIMEO bounds a
+ * client that stops reading to 10 s). */
+static void client_write(struct dsec_client *cl, json_t *rec)
+{
+  if (cl)
+    dsec_ctl_write(cl->c.fd, rec);
+}
+
+static void reply_error(struct dsec_client *cl, const char *msg, int status)
+{
+  if (cl)
+    dsec_ctl_reply_error(cl->c.fd, msg, status);
+}
+
+static void client_close(struct dsec_engine *e, struct dsec_client *cl)
+{
+  for (size_t i = 0; i < e->nclients; i++)
+    if (e->clients[i] == cl) {
+      e->clients[i] = e->clients[--e->nclients];
+      break;
+    }
+  if (cl->job)
+    cl->job->cl = NULL; /* the job finishes and is recorded all the same */
+  if (cl->c.fd >= 0)
+    close(cl->c.fd);
+  cl->c.fd = -1;
+  cl->w.dead = true;
+  free(cl->c.in);
+  cl->c.in = NULL;
+  dsec_engine_bury(e, cl);
+}
+
+static void client_readable(struct dsec_engine *e, void *p, uint32_t events)
+{
+  struct dsec_client *cl = p;
+  (void) events;
+  if (dsec_ctl_read(&cl->c) < 0) {
+    client_close(e, cl);
+    return;
+  }
+  if (cl->c.eof)
+    epoll_ctl(e->epfd, EPOLL_CTL_DEL, cl->c.fd, NULL);
+  client_next(e, cl);
+}
+
+static void accept_clients(struct dsec_engine *e, void *p, uint32_t events)
+{
+  (void) p, (void) events;
+  for (;;) {
+    int fd = dsec_ctl_accept(e->lsock);
+    struct dsec_client *cl;
+    if (fd < 0)
+      return;
+    cl = xzalloc(sizeof *cl);
+    cl->c.fd = fd;
+    cl->w = (struct dsec_watch){ client_readable, cl, false };
+    e->clients = xrealloc(e->clients, sizeof *e->clients * (e->nclients + 1));
+    e->clients[e->nclients++] = cl;
+    dsec_engine_watch(e, fd, EPOLLIN, &cl->w);
+  }
+}
+
+/* ---- execs */
+
+/* Output of an exec: kept within the cap; a streaming client gets what
+ * the cap keeps, no more (the result counts the rest). */
+static void capture_add(struct dsec_job *j, struct dsec_capture *c,
+                        const char *buf, size_t n)
+{
+  uint64_t cap = j->cap;
+  if (c->len < cap) {
+    size_t keep = n;
+    if (c->len + keep > cap)
+      keep = (size_t) (cap - c->len);
+    c->data = xrealloc(c->data, c->len + keep + 1);
+    memcpy(c->data + c->len, buf, keep);
+    c->len += keep;
+  }
+  if (j->stream && j->cl && c->total < cap) {
+    size_t send = (uint64_t) n < cap - c->total ? n : (size_t) (cap - c->total);
+    json_t *m = dsec_exec_output(c->name, buf, send);
+    client_write(j->cl, m);
+    json_decref(m);
+  }
+  c->total += (uint64_t) n;
+}
+
+static void capture_read(struct dsec_capture *c)
+{
+  char buf[65536];
+  if (c->fd < 0)
+    return;
+  for (;;) {
+    ssize_t n = read(c->fd, buf, sizeof buf);
+    if (n < 0 && errno == EINTR)
+      continue;
+    if (n <= 0) {
+      if (n == 0 || errno != EAGAIN) {
+        close(c->fd);
+        c->fd = -1;
+      }
+      return;
+    }
+    capture_add(c->job, c, buf, (size_t) n);
+  }
+}
+
+static void capture_readable(struct dsec_engine *e, void *p, uint32_t events)
+{
+  (void) e, (void) events;
+  capture_read(p);
+}
+
+static void stdin_writable(struct dsec_engine *e, void *p, uint32_t events)
+{
+  struct dsec_job *j = p;
+  (void) events;
+  while (j->stdin_off < j->stdin_len) {
+    ssize_t n = write(j->in_fd, j->stdin_data + j->stdin_off,
+                      j->stdin_len - j->stdin_off);
+    if (n < 0 && errno == EINTR)
+      continue;
+    if (n < 0 && errno == EAGAIN)
+      return;
+    if (n < 0)
+      break; /* EPIPE: the command does not read its input */
+    j->stdin_off += (size_t) n;
+  }
+  epoll_ctl(e->epfd, EPOLL_CTL_DEL, j->in_fd, NULL);
+  close(j->in_fd);
+  j->in_fd = -1;
+  j->w_in.dead = true;
+}
+
+void dsec_job_pipes(struct dsec_engine *e, struct dsec_job *j, int out,
+                    int err, int in)
+{
+  const char *data = json_string_value(json_object_get(j->req, "stdin"));
+  size_t len = data ? strlen(data) : 0;
+
+  j->out.fd = out;
+  j->err.fd = err;
+  fcntl(out, F_SETFL, O_NONBLOCK);
+  fcntl(err, F_SETFL, O_NONBLOCK);
+  j->out.w = (struct dsec_watch){ capture_readable, &j->out, false };
+  j->err.w = (struct dsec_watch){ capture_readable, &j->err, false };
+  dsec_engine_watch(e, out, EPOLLIN, &j->out.w);
+  dsec_engine_watch(e, err, EPOLLIN, &j->err.w);
+  if (len > 0) {
+    j->stdin_data = xmalloc(len);
+    memcpy(j->stdin_data, data, len);
+    j->stdin_len = len;
+    j->in_fd = in;
+    fcntl(in, F_SETFL, O_NONBLOCK);
+    j->w_in = (struct dsec_watch){ stdin_writable, j, false };
+    dsec_engine_watch(e, in, EPOLLOUT, &j->w_in);
+  } else
+    close(in);
+}
+
+void dsec_job_output(struct dsec_engine *e, struct dsec_job *j, int stream,
+                     const char *buf, size_t len, uint64_t total)
+{
+  struct dsec_capture *c = stream == 2 ? &j->err : &j->out;
+  (void) e;
+  capture_add(j, c, buf, len);
+  if (total > c->total)
+    c->total = total;
+}
+
+static void job_free(struct dsec_engine *e, struct dsec_job *j)
+{
+  if (e->ops->job_free)
+    e->ops->job_free(e, j);
+  if (j->out.fd >= 0)
+    close(j->out.fd);
+  if (j->err.fd >= 0)
+    close(j->err.fd);
+  if (j->in_fd >= 0)
+    close(j->in_fd);
+  j->out.fd = j->err.fd = j->in_fd = -1;
+  j->out.w.dead = j->err.w.dead = j->w_in.dead = true;
+  free(j->out.data);
+  free(j->err.data);
+  free(j->stdin_data);
+  json_decref(j->req);
+  j->out.data = j->err.data = j->stdin_data = NULL;
+  j->req = NULL;
+  dsec_engine_bury(e, j);
+}
+
+void dsec_job_finish(struct dsec_engine *e, struct dsec_job *j,
+                     const struct dsec_job_end *end)
+{
+  json_t *res;
+  int code, sig = 0;
+
+  capture_read(&j->out);
+  capture_read(&j->err);
+  if (end->error)
+    code = DSEC_EXIT_INTERNAL;
+  else if (j->timed_out)
+    code = DSEC_EXIT_TIMEOUT, sig = SIGKILL;
+  else if (WIFSIGNALED(end->status))
+    sig = WTERMSIG(end->status), code = 128 + sig;
+  else
+    code = WEXITSTATUS(end->status);
+  res = dsec_exec_result(e->id, j->seq, code, sig, j->out.data, j->out.len,
+                         j->out.total, j->err.data, j->err.len, j->err.total,
+                         j->timed_out, end->oom && sig == SIGKILL,
+                         now_ms() - j->start);
+  if (end->error)
+    json_object_set_new(res, "error", json_string(end->error));
+  if (end->extra)
+    json_object_update(res, end->extra);
+  {
+    _cleanup_error_ struct dsec_error *err = NULL;
+    if (dsec_traj_append(&e->traj, j->seq, j->req, res, &err) < 0) {
+      /* the result cannot be made durable: say so instead of lying */
+      json_object_set_new(res, "exit_code", json_integer(DSEC_EXIT_INTERNAL));
+      json_object_set_new(res, "error",
+                          json_string("cannot record the result in the "
+                                      "trajectory"));
+    }
+  }
+  dsec_exec_events(e->audit, j->req, res,
+                   j->out.total - j->out.len + j->err.total - j->err.len);
+  if (e->ops->exec_done)
+    e->ops->exec_done(e, j, res);
+  client_write(j->cl, res);
+  json_decref(res);
+  for (size_t i = 0; i < e->njobs; i++)
+    if (e->jobs[i] == j) {
+      e->jobs[i] = e->jobs[--e->njobs];
+      break;
+    }
+  e->last_activity_ms = now_ms();
+  {
+    struct dsec_client *cl = j->cl;
+    if (cl)
+      cl->job = NULL;
+    job_free(e, j);
+    if (cl)
+      client_next(e, cl);
+  }
+}
+
+/* A request with a seq: replayed from the trajectory when recorded (1),
+ * refused when it conflicts (-1), run when it is the next one (0). */
+static int traj_check(struct dsec_engine *e, struct dsec_client *cl,
+                      json_t *req)
+{
+  json_int_t *running = xzalloc(sizeof *running * (e->njobs + 1));
+  size_t n = 0;
+  const char *conflict;
+  json_t *out = NULL;
+  int r;
+
+  for (size_t i = 0; i < e->njobs; i++)
+    if (e->jobs[i]->seq)
+      running[n++] = json_integer_value(e->jobs[i]->seq);
+  r = dsec_traj_check(&e->traj, req, running, n, &out, &conflict);
+  free(running);
+  if (r == 0)
+    return 0;
+  if (r > 0)
+    json_object_set_new(out, "id", json_string(e->id));
+  client_write(cl, out);
+  json_decref(out);
+  if (conflict)
+    dsec_engine_event(e, json_pack("{s:s, s:O, s:s}", "type",
+                                   "replay_conflict", "seq",
+                                   json_object_get(req, "seq"), "field",
+                                   conflict));
+  else if (r > 0) {
+    dsec_engine_event(e, json_pack("{s:s, s:O}", "type", "replay", "seq",
+                                   json_object_get(req, "seq")));
+    e->last_activity_ms = now_ms();
+  }
+  return r;
+}
+
+static void job_start(struct dsec_engine *e, struct dsec_client *cl,
+                      json_t *req)
+{
+  _cleanup_error_ struct dsec_error *err = NULL;
+  struct dsec_job *j;
+  char *why = NULL;
+  double timeout;
+  json_t *msg;
+  int r;
+
+  if (dsec_exec_request_check(req, &why) < 0) {
+    reply_error(cl, why, DSEC_EXIT_INPUT);
+    free(why);
+    return;
+  }
+  j = xzalloc(sizeof *j);
+  j->xid = ++e->next_xid;
+  j->out.fd = j->err.fd = j->in_fd = -1;
+  j->out.job = j->err.job = j;
+  j->out.name = "stdout";
+  j->err.name = "stderr";
+  j->stream = json_is_true(json_object_get(req, "stream"));
+  /* what the trajectory records: the request as it will run */
+  j->req = dsec_exec_request_record(req, e->spec->workdir, &j->cap);
+  j->seq = json_object_get(j->req, "seq");
+  if (j->seq && traj_check(e, cl, j->req) != 0) {
+    json_decref(j->req);
+    free(j);
+    return;
+  }
+  timeout = json_number_value(json_object_get(j->req, "timeout_s"));
+  j->cl = cl;
+  j->start = now_ms();
+  j->deadline = timeout > 0 ? j->start + timeout * 1000 : 0;
+  cl->job = j;
+  e->jobs = xrealloc(e->jobs, sizeof *e->jobs * (e->njobs + 1));
+  e->jobs[e->njobs++] = j;
+  e->last_activity_ms = j->start;
+
+  msg = json_pack("{s:s, s:I, s:O, s:o, s:O, s:i, s:i}", "op", "exec", "xid",
+                  (json_int_t) j->xid, "argv", json_object_get(j->req, "cmd"),
+                  "env", dsec_exec_env(e->base_env,
+                                       json_object_get(j->req, "env")),
+                  "cwd", json_object_get(j->req, "workdir"), "uid",
+                  (int) e->spec->uid, "gid", (int) e->spec->gid);
+  r = e->ops->exec(e, j, msg, &err);
+  json_decref(msg);
+  if (r < 0) {
+    _cleanup_free_ char *what =
+      xasprintf("%s%s%s", err ? err->msg : "cannot start the command",
+                err && err->errnum ? ": " : "",
+                err && err->errnum ? strerror(err->errnum) : "");
+    struct dsec_job_end end = { .error = what };
+    dsec_job_finish(e, j, &end);
+  }
+}
+
+/* ---- checkpoint, suspend, resume */
+
+/* The writable layer as a layer in the store, taken with the sandbox
+ * still (frozen by the engine, or by the producer itself): streamed by
+ * the backend's producer from the sandbox's side, imported as an
+ * untrusted tarball.  The trajectory records the seq it follows. */
+static json_t *engine_checkpoint(struct dsec_engine *e, const char *name)
+{
+  struct dsec_error *err = NULL;
+  _cleanup_json_ json_t *layer = NULL;
+  _cleanup_json_ json_t *stats = NULL;
+  int64_t mb = e->spec->resources.disk_mb;
+  struct dsec_checkpoint_opts co = {
+    name, json_object_get(e->spec_json, "protect"),
+    /* a disk-limited layer's stream cannot be much more than the disk */
+    mb > 0 ? ((uint64_t) mb << 21) + (16u << 20) : 0,
+  };
+  bool frozen = false;
+  json_t *r;
+
+  if (!e->ops->checkpoint) {
+    dsec_bad_input(&err, "an %s sandbox has no state to checkpoint",
+                   dsec_backend_name(e->spec->backend));
+    return dsec_ctl_op_error(err);
+  }
+  if (e->ops->checkpoint_freezes && e->njobs > 0) {
+    dsec_fail(&err, EBUSY, "execs are running; checkpoint when they end");
+    return dsec_ctl_op_error(err);
+  }
+  if (!e->ops->checkpoint_freezes)
+    frozen = e->suspended ||
+             (e->ops->freeze && e->ops->freeze(e, true, NULL) == 0);
+  layer = dsec_checkpoint_import(&co, e->ops->checkpoint, e, &stats, &err);
+  if (frozen && !e->suspended)
+    e->ops->freeze(e, false, NULL);
+  if (!layer)
+    return dsec_ctl_op_error(err);
+  if (json_is_true(json_object_get(stats, "frozen")))
+    frozen = true;
+  json_object_del(stats, "frozen");
+  r = dsec_checkpoint_record(&e->traj, e->audit, e->id, e->state, layer, stats,
+                             frozen, &err);
+  if (!r)
+    return dsec_ctl_op_error(err);
+  dsec_engine_write_state(e);
+  return r;
+}
+
+/* suspend: frozen (processes and memory kept), or released (everything
+ * goes but what resume needs: a checkpoint, or what the backend keeps). */
+static json_t *engine_suspend(struct dsec_engine *e, bool release)
+{
+  struct dsec_error *err = NULL;
+
+  if (release && e->ops->release) {
+    bool ended = false;
+    json_t *r = e->ops->release(e, &ended);
+    e->released = ended;
+    return r;
+  }
+  if (release) {
+    json_t *cp = engine_checkpoint(e, NULL);
+    const char *type = json_string_value(json_object_get(cp, "type"));
+    if (!type || strcmp(type, "checkpoint") != 0)
+      return cp;
+    json_object_set_new(e->state, "released", json_true());
+    e->released = true;
+    json_object_set_new(cp, "type", json_string("suspended"));
+    json_object_set_new(cp, "released", json_true());
+    dsec_engine_event(e, json_pack("{s:s, s:b}", "type", "suspended",
+                                   "released", true));
+    return cp;
+  }
+  if (!e->suspended &&
+      (!e->ops->freeze || e->ops->freeze(e, true, &err) < 0)) {
+    if (!err)
+      dsec_fail(&err, ENOTSUP, "cannot freeze here: use --release");
+    return dsec_ctl_op_error(err);
+  }
+  e->suspended = true;
+  json_object_set_new(e->state, "state", json_string("suspended"));
+  dsec_engine_write_state(e);
+  dsec_engine_event(e, json_pack("{s:s, s:b}", "type", "suspended", "released",
+                                 false));
+  return json_pack("{s:s, s:s, s:b}", "type", "suspended", "id", e->id,
+                   "released", false);
+}
+
+static json_t *engine_resume(struct dsec_engine *e)
+{
+  if (e->suspended) {
+    e->ops->freeze(e, false, NULL);
+    e->suspended = false;
+    e->last_activity_ms = now_ms();
+    json_object_set_new(e->state, "state", json_string("running"));
+    dsec_engine_write_state(e);
+    dsec_engine_event(e, json_pack("{s:s, s:s}", "type", "resumed", "from",
+                                   "freezer"));
+  }
+  return json_pack("{s:s, s:s, s:s}", "type", "resumed", "id", e->id, "state",
+                   "running");
+}
+
+static json_t *engine_status(struct dsec_engine *e)
+{
+  json_t *st = json_copy(e->state);
+  int64_t mem = e->cg ? dsec_cgroup_memory_current(e->cg) : -1;
+  if (mem >= 0)
+    json_object_set_new(st, "memory_bytes", json_integer(mem));
+  json_object_set_new(st, "execs_running", json_integer((json_int_t) e->njobs));
+  json_object_set_new(st, "audit", dsec_audit_status(e->audit));
+  return st;
+}
+
+/* Handles the complete lines a client sent, one at a time: the next waits
+ * until the current exec is answered, so results come back in order. */
+static void client_next(struct dsec_engine *e, struct dsec_client *cl)
+{
+  while (!cl->job) {
+    json_t *req, *r = NULL;
+    const char *op;
+
+    if (dsec_ctl_next(&cl->c, &req) == 0) {
+      if (cl->c.eof)
+        client_close(e, cl);
+      return;
+    }
+    op = json_string_value(json_object_get(req, "op"));
+    if (!op || strcmp(op, "exec") == 0) {
+      if (e->suspended)
+        reply_error(cl, "the sandbox is suspended (resume it first)",
+                    DSEC_EXIT_INTERNAL);
+      else
+        job_start(e, cl, req);
+    } else if (strcmp(op, "kill") == 0) {
+      json_int_t sig = json_integer_value(json_object_get(req, "signal"));
+      sig = sig > 0 && sig < NSIG ? sig : SIGKILL;
+      e->ops->signal(e, NULL, (int) sig);
+      r = json_pack("{s:s, s:s, s:I}", "type", "killed", "id", e->id, "signal",
+                    sig);
+    } else if (strcmp(op, "status") == 0) {
+      r = engine_status(e);
+    } else if (strcmp(op, "checkpoint") == 0) {
+      r = engine_checkpoint(e, json_string_value(json_object_get(req, "name")));
+    } else if (strcmp(op, "suspend") == 0) {
+      r = engine_suspend(e, json_is_true(json_object_get(req, "release")));
+    } else if (strcmp(op, "resume") == 0) {
+      r = engine_resume(e);
+    } else if (strcmp(op, "snapshot") == 0 && e->ops->snapshot) {
+      r = e->ops->snapshot(e);
+    } else if (strcmp(op, "shutdown") == 0) {
+      r = json_pack("{s:s, s:s}", "type", "stopping", "id", e->id);
+      client_write(cl, r);
+      json_decref(r);
+      json_decref(req);
+      dsec_engine_end(e, "stopped", "removed");
+    } else {
+      reply_error(cl, "unknown op", DSEC_EXIT_INPUT);
+    }
+    if (r) {
+      client_write(cl, r);
+      json_decref(r);
+    }
+    json_decref(req);
+    if (e->released)
+      dsec_engine_end(e, "suspended", "released");
+  }
+}
+
+/* ---- the end */
+
+_Noreturn void dsec_engine_end(struct dsec_engine *e, const char *state,
+                               const char *cause)
+{
+  _cleanup_free_ char *now = dsec_time_rfc3339();
+  _cleanup_error_ struct dsec_error *err = NULL;
+
+  /* a frozen process does not die of SIGKILL until thawed */
+  if (e->suspended && e->ops->freeze)
+    e->ops->freeze(e, false, NULL);
+  if (e->ops->stop)
+    e->ops->stop(e);
+  if (e->cg && dsec_cgroup_destroy(e->cg, &err) < 0)
+    dsec_warn("%s", err->msg);
+  /* answer whoever still waits */
+  for (size_t i = 0; i < e->njobs; i++)
+    reply_error(e->jobs[i]->cl, cause ? cause : state, DSEC_EXIT_INTERNAL);
+  json_object_set_new(e->state, "state", json_string(state));
+  json_object_set_new(e->state, "ended", json_string(now));
+  if (cause)
+    json_object_set_new(e->state, "cause", json_string(cause));
+  dsec_engine_write_state(e);
+  if (strcmp(state, "died") == 0 || strcmp(state, "expired") == 0) {
+    json_t *ev = json_pack("{s:s, s:s}", "type", state, "cause",
+                           cause ? cause : state);
+    /* the guest's last words, labelled as such (never the cause) */
+    if (json_object_get(e->state, "console_tail"))
+      json_object_set(ev, "console_tail",
+                      json_object_get(e->state, "console_tail"));
+    dsec_engine_event(e, ev);
+  }
+  dsec_audit_finish(e->audit);
+  if (e->run_fd >= 0)
+    unlinkat(e->run_fd, "ctl.sock", 0);
+  fsync(e->events_fd);
+  if (e->ops->after_end)
+    e->ops->after_end(e);
+  _exit(0);
+}
+
+static void engine_signal(struct dsec_engine *e, void *p, uint32_t events)
+{
+  struct signalfd_siginfo si;
+  bool child = false;
+  (void) p, (void) events;
+  while (read(e->sfd, &si, sizeof si) == sizeof si) {
+    if (si.ssi_signo == SIGTERM || si.ssi_signo == SIGINT ||
+        si.ssi_signo == SIGHUP)
+      dsec_engine_end(e, "stopped", "supervisor terminated");
+    if (si.ssi_signo == SIGCHLD)
+      child = true;
+  }
+  if (child && e->ops->child)
+    e->ops->child(e);
+}
+
+/* ---- timers */
+
+static int engine_timeout_ms(struct dsec_engine *e)
+{
+  double now = now_ms(), next = -1;
+  int b = e->ops->next_timer ? e->ops->next_timer(e) : -1;
+
+  if (b >= 0)
+    next = now + b;
+  for (size_t i = 0; i < e->njobs; i++)
+    if (e->jobs[i]->deadline > 0 && !e->jobs[i]->deadline_passed &&
+        (next < 0 || e->jobs[i]->deadline < next))
+      next = e->jobs[i]->deadline;
+  if (e->spec->ttl_s > 0) {
+    double t = e->start_ms + (double) e->spec->ttl_s * 1000;
+    if (next < 0 || t < next)
+      next = t;
+  }
+  if (e->spec->idle_timeout_s > 0 && e->njobs == 0 && !e->suspended) {
+    double t = e->last_activity_ms + (double) e->spec->idle_timeout_s * 1000;
+    if (next < 0 || t < next)
+      next = t;
+  }
+  if (next < 0)
+    return -1;
+  return next <= now ? 0 : (int) fmin(next - now + 1, 3600000);
+}
+
+static void engine_timers(struct dsec_engine *e)
+{
+  double now = now_ms();
+
+  if (e->ops->timers)
+    e->ops->timers(e);
+  for (size_t i = 0; i < e->njobs; i++) {
+    struct dsec_job *j = e->jobs[i];
+    if (j->deadline <= 0 || j->deadline_passed || now < j->deadline)
+      continue;
+    j->deadline_passed = true;
+    if (e->ops->deadline) {
+      e->ops->deadline(e, j);
+      i = (size_t) -1; /* the list may have changed: look again */
+      continue;
+    }
+    j->timed_out = true;
+    e->ops->signal(e, j, SIGKILL);
+  }
+  if (e->spec->ttl_s > 0 && now >= e->start_ms + (double) e->spec->ttl_s * 1000)
+    dsec_engine_end(e, "expired", "ttl");
+  if (e->spec->idle_timeout_s > 0 && e->njobs == 0 && !e->suspended &&
+      now >= e->last_activity_ms + (double) e->spec->idle_timeout_s * 1000) {
+    if (e->spec->idle_action == DSEC_IDLE_SUSPEND) {
+      /* idle_action suspend: released, resumable later */
+      json_decref(engine_suspend(e, true));
+      if (e->released)
+        dsec_engine_end(e, "suspended", "idle");
+      /* it could not be released: removed as an idle one */
+    }
+    dsec_engine_end(e, "expired", "idle");
+  }
+}
+
+/* ---- serving */
+
+_Noreturn void dsec_engine_serve(struct dsec_engine *e, json_t *fields,
+                                 json_t *event)
+{
+  struct dsec_error *err = NULL;
+  _cleanup_free_ char *now = dsec_time_rfc3339();
+  _cleanup_free_ char *sock = xasprintf("%s/ctl.sock", e->run);
+  struct epoll_event evs[64];
+
+  if (e->run_fd < 0)
+    e->run_fd = open(e->run, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  e->lsock = e->run_fd < 0 ? dsec_fail(&err, errno, "cannot open %s", e->run)
+                           : dsec_ctl_listen(e->run_fd, e->run, &err);
+  if (e->lsock < 0)
+    dsec_engine_fail(e, err);
+  e->w_listen = (struct dsec_watch){ accept_clients, NULL, false };
+  e->w_signal = (struct dsec_watch){ engine_signal, NULL, false };
+  if (dsec_engine_watch(e, e->lsock, EPOLLIN, &e->w_listen) < 0 ||
+      dsec_engine_watch(e, e->sfd, EPOLLIN, &e->w_signal) < 0) {
+    dsec_fail(&err, errno, "cannot set up the event loop");
+    dsec_engine_fail(e, err);
+  }
+
+  {
+    /* the creator's time (a resumed sandbox keeps its first one) */
+    _cleanup_json_ json_t *old = dsec_sandbox_state_read(e->id, NULL);
+    _cleanup_free_ char *boot = dsec_boot_id();
+    const char *c = json_string_value(json_object_get(old, "created"));
+    e->state = json_pack("{s:s, s:s, s:s, s:s, s:i, s:I, s:s, s:s}", "type",
+                         "sandbox", "id", e->id, "state", "running", "backend",
+                         dsec_backend_name(e->spec->backend), "supervisor_pid",
+                         (int) getpid(), "supervisor_start",
+                         (json_int_t) dsec_process_starttime(getpid()),
+                         "created", c && *c ? c : now, "socket", sock);
+    if (e->cg)
+      json_object_set_new(e->state, "cgroup", dsec_cgroup_to_json(e->cg));
+    if (e->spec->name)
+      json_object_set_new(e->state, "name", json_string(e->spec->name));
+    if (boot)
+      json_object_set_new(e->state, "boot_id", json_string(boot));
+    if (fields) {
+      json_object_update(e->state, fields);
+      json_decref(fields);
+    }
+  }
+  dsec_engine_write_state(e);
+  dsec_engine_event(e, event);
+  /* idle from now on: a boot is not idleness */
+  e->last_activity_ms = now_ms();
+  dsec_supervisor_report(e->ready_fd, json_pack("{s:b}", "ok", true));
+  close(e->ready_fd);
+  e->ready_fd = -1;
+
+  for (;;) {
+    int n = epoll_wait(e->epfd, evs, 64, engine_timeout_ms(e));
+    if (n < 0 && errno != EINTR)
+      dsec_engine_end(e, "died", "supervisor error");
+    for (int i = 0; i < n; i++) {
+      struct dsec_watch *w = evs[i].data.ptr;
+      if (!w->dead)
+        w->fn(e, w->p, evs[i].events);
+    }
+    for (size_t g = 0; g < e->ngraves; g++)
+      free(e->graves[g]);
+    e->ngraves = 0;
+    engine_timers(e);
+  }
+}
