@@ -439,6 +439,10 @@ static void job_start(struct dsec_engine *e, struct dsec_client *cl,
     free(why);
     return;
   }
+  if (json_is_true(json_object_get(req, "exclusive")) && e->ops->no_exclusive) {
+    reply_error(cl, e->ops->no_exclusive, DSEC_EXIT_INPUT);
+    return;
+  }
   j = xzalloc(sizeof *j);
   j->xid = ++e->next_xid;
   j->out.fd = j->err.fd = j->in_fd = -1;

@@ -141,6 +141,9 @@ struct dsec_backend_ops {
    * the state is written, may be NULL. */
   void (*stop)(struct dsec_engine *e);
   void (*after_end)(struct dsec_engine *e);
+  /* Why this backend cannot run exclusive execs (refused as bad input),
+   * or NULL. */
+  const char *no_exclusive;
 };
 
 struct dsec_engine {

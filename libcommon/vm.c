@@ -169,74 +169,32 @@ const char *dsec_vm_accelerator(void)
   return kvm ? "kvm" : "tcg";
 }
 
-struct vjob {
-  uint64_t xid;
-  struct vclient *cl;
-  json_t *req;   /* as recorded */
-  json_t *seq;   /* borrowed from req */
-  double start;
-  double deadline; /* past it the guest is overdue (0: no timeout) */
-  uint64_t cap;    /* the output kept per stream */
-  bool stream;     /* the client wants the output as output records */
-};
-
-struct vclient {
-  struct dsec_ctl_client c;
-  struct vjob *job;
-};
-
+/* The VM backend's share of the supervisor (the engine has the rest). */
 struct vm {
-  const char *id;
-  char *dir, *run;
-  json_t *spec, *state, *base_env;
-  const char *accel, *backend;
-  int epfd, sfd, lsock, agent, qmp, events_fd, console_fd, run_fd;
+  struct dsec_engine *e;
+  const char *accel;
+  int agent, qmp, console_fd;
   int console_in;           /* the read end of QEMU's serial console */
   uint64_t console_written, console_dropped;
   char *console_tail;       /* ring of the last CONSOLE_TAIL bytes dropped */
   size_t tail_pos, tail_len;
   pid_t qemu;
   int life;                 /* QEMU's end of a pipe we hold until we die */
-  struct dsec_cgroup *cg;
-  struct dsec_proxy *proxy; /* network proxy mode, else NULL */
-  struct dsec_net_events net;
-  struct dsec_audit *audit; /* events.jsonl, within its budget */
   int net_chan;             /* the dsec.net port's host end */
-  struct dsec_traj traj;
-  struct vclient **clients;
-  size_t nclients;
-  struct vjob **jobs;
-  size_t njobs;
-  uint64_t next_xid;
   char *abuf;     /* what the agent sent, not yet consumed */
   size_t alen, acap;
-  uid_t uid;
-  gid_t gid;
+  bool pending;   /* a blocked send read what the agent sent meanwhile */
   uid_t host_id;  /* QEMU's: the first id of the VM's own host range */
-  const char *workdir;
-  double start_ms, last_activity_ms;
-  json_int_t ttl_s, idle_s;
-  bool ended;
+  struct dsec_watch w_agent, w_console;
   /* what QEMU's monitor said of the guest's end: the host's view */
   bool guest_panicked;      /* GUEST_PANICKED (pvpanic) */
   char *shutdown_reason;    /* SHUTDOWN's reason ("guest-shutdown", ...) */
+  /* the checkpoint in progress (guest_produce) */
+  json_int_t ckpt_id;
+  uint64_t ckpt_max;
+  bool ckpt_frozen; /* the agent says it stopped the processes and froze */
+  bool ckpt_ended;  /* its checkpoint_end came */
 };
-
-static void vm_event(struct vm *v, json_t *ev)
-{
-  _cleanup_error_ struct dsec_error *e = NULL;
-  dsec_audit_append(v->audit, ev, &e);
-  json_decref(ev);
-}
-
-static void vm_write_state(struct vm *v)
-{
-  _cleanup_error_ struct dsec_error *e = NULL;
-  if (v->audit)
-    json_object_set_new(v->state, "audit", dsec_audit_status(v->audit));
-  if (dsec_sandbox_state_write(v->id, v->state, &e) < 0)
-    dsec_warn("%s", e->msg);
-}
 
 /* ---- the writable disk */
 
@@ -285,10 +243,10 @@ static int copy_sparse(const char *src, const char *dst, struct dsec_error **err
  * no mkfs). */
 static int prepare_disk(struct vm *v, const char *from, struct dsec_error **err)
 {
-  _cleanup_free_ char *path = xasprintf("%s/disk.img", v->dir);
-  _cleanup_free_ char *tmp = xasprintf("%s/disk.img.tmp", v->dir);
+  _cleanup_free_ char *path = xasprintf("%s/disk.img", v->e->dir);
+  _cleanup_free_ char *tmp = xasprintf("%s/disk.img.tmp", v->e->dir);
   json_int_t mb = json_integer_value(json_object_get(
-    json_object_get(v->spec, "resources"), "disk_mb"));
+    json_object_get(v->e->spec_json, "resources"), "disk_mb"));
 
   if (!from && access(path, F_OK) == 0)
     return 0;
@@ -416,17 +374,16 @@ static json_t *qemu_argv(struct vm *v, struct dsec_vm_boot *boot,
                          struct dsec_error **err)
 {
   json_t *a = json_array();
-  json_t *r = json_object_get(v->spec, "resources");
-  bool micro = strcmp(v->backend, "microvm") == 0;
+  bool micro = v->e->spec->backend == DSEC_BACKEND_MICROVM;
   bool kvm = strcmp(v->accel, "kvm") == 0;
   const char *bus = micro ? "device" : "pci";
-  json_int_t mem = json_integer_value(json_object_get(r, "memory_mb"));
-  double cpus = json_number_value(json_object_get(r, "cpus"));
-  _cleanup_free_ char *disk = xasprintf("%s/disk.img", v->dir);
+  json_int_t mem = v->e->spec->resources.memory_mb;
+  double cpus = v->e->spec->resources.cpus;
+  _cleanup_free_ char *disk = xasprintf("%s/disk.img", v->e->dir);
 
   argv_add(a, "%s", dsec_vm_qemu());
   argv_add(a, "-name");
-  argv_add(a, "dsec-%s,debug-threads=on", v->id);
+  argv_add(a, "dsec-%s,debug-threads=on", v->e->id);
   argv_add(a, "-M");
   if (micro)
     argv_add(a, "microvm,x-option-roms=off,rtc=on,isa-serial=on,pit=on,pic=on");
@@ -499,7 +456,7 @@ static json_t *qemu_argv(struct vm *v, struct dsec_vm_boot *boot,
   argv_add(a, "virtio-serial-%s", bus);
   argv_add(a, "-device");
   argv_add(a, "virtserialport,chardev=agent,name=dsec.agent");
-  if (v->proxy) {
+  if (v->e->proxy) {
     /* the guest's way to the proxy: connections relayed over a port */
     argv_add(a, "-chardev");
     argv_add(a, "socket,id=net,fd=7");
@@ -668,7 +625,7 @@ static _Noreturn void qemu_child(struct vm *vm, json_t *argv, int fds[5],
   char **v = xzalloc(sizeof *v * (json_array_size(argv) + 1));
   struct __user_cap_header_struct h = { _LINUX_CAPABILITY_VERSION_3, 0 };
   struct __user_cap_data_struct d[2] = { { 0 } };
-  _cleanup_free_ char *root = xasprintf("%s/qemu-root", vm->run);
+  _cleanup_free_ char *root = xasprintf("%s/qemu-root", vm->e->run);
   bool kvm = strcmp(vm->accel, "kvm") == 0;
   int all[5 + ARRAY_SIZE(qf->fd)];
   size_t n = 5 + qf->n, i;
@@ -1018,8 +975,10 @@ static int agent_send(struct vm *v, json_t *m, const char *payload, size_t plen)
         ret = -1;
         break;
       }
-      if (poll(&pf, 1, 1000) > 0 && (pf.revents & POLLIN))
+      if (poll(&pf, 1, 1000) > 0 && (pf.revents & POLLIN)) {
         agent_read(v);
+        v->pending = true; /* the loop dispatches it */
+      }
       continue;
     }
     if (w < 0) {
@@ -1159,199 +1118,88 @@ static json_t *agent_wait(struct vm *v, const char *op, int timeout_ms,
   }
 }
 
-/* ---- clients and execs */
+/* ---- execs */
 
-static void client_write(struct vclient *cl, json_t *rec)
+static _Noreturn void vm_die(struct vm *v, const char *cause);
+
+/* An exec goes to the agent with its stdin; the agent enforces its
+ * timeout, and the engine's deadline for it is a grace period later (a
+ * guest that does not answer by then is overdue, see vm_deadline). */
+static int vm_exec(struct dsec_engine *e, struct dsec_job *j, json_t *msg,
+                   struct dsec_error **err)
 {
-  if (cl)
-    dsec_ctl_write(cl->c.fd, rec);
+  struct vm *v = e->b;
+  const char *in = json_string_value(json_object_get(j->req, "stdin"));
+  double timeout = json_number_value(json_object_get(j->req, "timeout_s"));
+  json_t *m = json_copy(msg);
+
+  if (j->deadline > 0)
+    j->deadline += GUEST_GRACE_MS;
+  /* the agent's names for xid, and what it needs of the request */
+  json_object_set(m, "id", json_object_get(msg, "xid"));
+  json_object_del(m, "xid");
+  json_object_set_new(m, "stdin_len", json_integer((json_int_t) strlen(in)));
+  json_object_set_new(m, "timeout_ms", json_real(timeout * 1000));
+  json_object_set_new(m, "cap", json_integer((json_int_t) j->cap));
+  if (agent_send(v, m, in, strlen(in)) < 0)
+    return dsec_fail(err, errno, "cannot reach the guest agent");
+  return 0;
 }
 
-static void reply_error(struct vclient *cl, const char *msg, int status)
+/* The agent's answer to an exec: a header and the output kept. */
+static void vm_result(struct vm *v, json_t *m, const char *payload)
 {
-  if (cl)
-    dsec_ctl_reply_error(cl->c.fd, msg, status);
-}
-
-static void client_next(struct vm *v, struct vclient *cl);
-static _Noreturn void vm_end(struct vm *v, const char *state, const char *cause);
-
-static void client_close(struct vm *v, struct vclient *cl)
-{
-  for (size_t i = 0; i < v->nclients; i++)
-    if (v->clients[i] == cl) {
-      v->clients[i] = v->clients[--v->nclients];
-      break;
-    }
-  if (cl->job)
-    cl->job->cl = NULL; /* still recorded when it finishes */
-  epoll_ctl(v->epfd, EPOLL_CTL_DEL, cl->c.fd, NULL);
-  close(cl->c.fd);
-  free(cl->c.in);
-  free(cl);
-}
-
-static void job_start(struct vm *v, struct vclient *cl, json_t *req)
-{
-  _cleanup_free_ char *why = NULL;
-  struct vjob *j;
-  uint64_t cap;
-  const char *in;
-  json_t *m;
-  double timeout;
-
-  if (dsec_exec_request_check(req, &why) < 0) {
-    reply_error(cl, why, DSEC_EXIT_INPUT);
-    return;
-  }
-  if (json_is_true(json_object_get(req, "exclusive"))) {
-    /* the guest's earlier execs run as its root, in its one pid
-     * namespace: nothing here could keep them from an exec */
-    reply_error(cl, "exclusive execs are not available in VMs (the guest's "
-                    "processes share one pid namespace)", DSEC_EXIT_INPUT);
-    return;
-  }
-  j = xzalloc(sizeof *j);
-  j->req = dsec_exec_request_record(req, v->workdir ? v->workdir : "/", &cap);
-  j->cap = cap;
-  j->stream = json_is_true(json_object_get(req, "stream"));
-  j->seq = json_object_get(j->req, "seq");
-  if (j->seq) {
-    json_int_t *running = xzalloc(sizeof *running * (v->njobs + 1));
-    size_t n = 0;
-    const char *conflict;
-    json_t *out = NULL;
-    int r;
-    for (size_t i = 0; i < v->njobs; i++)
-      if (v->jobs[i]->seq)
-        running[n++] = json_integer_value(v->jobs[i]->seq);
-    r = dsec_traj_check(&v->traj, j->req, running, n, &out, &conflict);
-    free(running);
-    if (r != 0) {
-      if (r > 0)
-        json_object_set_new(out, "id", json_string(v->id));
-      client_write(cl, out);
-      json_decref(out);
-      if (conflict)
-        vm_event(v, json_pack("{s:s, s:O, s:s}", "type", "replay_conflict",
-                              "seq", j->seq, "field", conflict));
-      else if (r > 0)
-        vm_event(v, json_pack("{s:s, s:O}", "type", "replay", "seq", j->seq));
-      json_decref(j->req);
-      free(j);
-      v->last_activity_ms = dsec_now_ms();
-      return;
-    }
-  }
-  j->xid = ++v->next_xid;
-  j->cl = cl;
-  j->start = dsec_now_ms();
-  if (json_number_value(json_object_get(j->req, "timeout_s")) > 0)
-    j->deadline = j->start +
-                  json_number_value(json_object_get(j->req, "timeout_s")) * 1000 +
-                  GUEST_GRACE_MS;
-  cl->job = j;
-  v->jobs = xrealloc(v->jobs, sizeof *v->jobs * (v->njobs + 1));
-  v->jobs[v->njobs++] = j;
-  v->last_activity_ms = j->start;
-  in = json_string_value(json_object_get(j->req, "stdin"));
-  timeout = json_number_value(json_object_get(j->req, "timeout_s"));
-  m = json_pack("{s:s, s:I, s:O, s:o, s:O, s:i, s:i, s:I, s:f, s:I}", "op",
-                "exec", "id", (json_int_t) j->xid, "argv",
-                json_object_get(j->req, "cmd"), "env",
-                dsec_exec_env(v->base_env, json_object_get(j->req, "env")),
-                "cwd", json_object_get(j->req, "workdir"), "uid", (int) v->uid,
-                "gid", (int) v->gid, "stdin_len", (json_int_t) strlen(in),
-                "timeout_ms", timeout * 1000, "cap", (json_int_t) cap);
-  if (!m || agent_send(v, m, in, strlen(in)) < 0) {
-    reply_error(cl, "cannot reach the guest agent", DSEC_EXIT_INTERNAL);
-    cl->job = NULL;
-    v->njobs--;
-    json_decref(j->req);
-    free(j);
-  }
-}
-
-static void job_done(struct vm *v, json_t *m, const char *payload)
-{
-  uint64_t xid = (uint64_t) json_integer_value(json_object_get(m, "id"));
-  struct vjob *j = NULL;
-  size_t k;
-  int status = (int) json_integer_value(json_object_get(m, "status"));
-  bool timed_out = json_is_true(json_object_get(m, "timed_out"));
-  bool oom = json_is_true(json_object_get(m, "oom_killed"));
-  const char *error = json_string_value(json_object_get(m, "error"));
+  struct dsec_job *j = dsec_engine_job(v->e, (uint64_t) json_integer_value(
+                                                json_object_get(m, "id")));
   size_t olen = (size_t) json_integer_value(json_object_get(m, "stdout_len"));
   size_t elen = (size_t) json_integer_value(json_object_get(m, "stderr_len"));
   uint64_t otot = (uint64_t) json_integer_value(json_object_get(m, "stdout_total"));
   uint64_t etot = (uint64_t) json_integer_value(json_object_get(m, "stderr_total"));
-  int code, sig = 0;
-  json_t *res;
+  _cleanup_json_ json_t *extra = json_pack("{s:s}", "accelerator", v->accel);
+  struct dsec_job_end end = {
+    .status = (int) json_integer_value(json_object_get(m, "status")),
+    .oom = json_is_true(json_object_get(m, "oom_killed")),
+    .error = json_string_value(json_object_get(m, "error")),
+    .extra = extra,
+  };
 
-  for (k = 0; k < v->njobs; k++)
-    if (v->jobs[k]->xid == xid) {
-      j = v->jobs[k];
-      break;
-    }
   if (!j)
     return;
   if (olen > j->cap || elen > j->cap || otot < olen || etot < elen)
-    vm_end(v, "died", "the guest agent broke its protocol (output past the cap)");
-  if (error)
-    code = DSEC_EXIT_INTERNAL;
-  else if (timed_out)
-    code = DSEC_EXIT_TIMEOUT, sig = SIGKILL;
-  else if (WIFSIGNALED(status))
-    sig = WTERMSIG(status), code = 128 + sig;
-  else
-    code = WEXITSTATUS(status);
-  res = dsec_exec_result(v->id, j->seq, code, sig, payload, olen, otot,
-                         payload + olen, elen, etot, timed_out, oom,
-                         dsec_now_ms() - j->start);
-  if (error)
-    json_object_set_new(res, "error", json_string(error));
-  if (json_is_true(json_object_get(m, "overdue")))
-    json_object_set_new(res, "error",
-                        json_string("the guest did not end the command by its "
-                                    "deadline"));
-  json_object_set_new(res, "accelerator", json_string(v->accel));
-  {
-    _cleanup_error_ struct dsec_error *e = NULL;
-    if (dsec_traj_append(&v->traj, j->seq, j->req, res, &e) < 0) {
-      json_object_set_new(res, "exit_code", json_integer(DSEC_EXIT_INTERNAL));
-      json_object_set_new(res, "error", json_string("cannot record the result "
-                                                    "in the trajectory"));
-    }
-  }
-  dsec_exec_events(v->audit, j->req, res,
-                   otot - olen + etot - elen);
-  if (j->cl) {
-    struct vclient *cl = j->cl;
-    if (j->stream) {
-      /* the guest answers whole: what a streaming client gets, at once */
-      static const char *const names[] = { "stdout", "stderr" };
-      const char *bufs[] = { payload, payload + olen };
-      size_t lens[] = { olen, elen };
-      for (int i = 0; i < 2; i++)
-        if (lens[i]) {
-          json_t *o = dsec_exec_output(names[i], bufs[i], lens[i]);
-          client_write(cl, o);
-          json_decref(o);
-        }
-    }
-    client_write(cl, res);
-    cl->job = NULL;
-  }
-  json_decref(res);
-  v->jobs[k] = v->jobs[--v->njobs];
-  v->last_activity_ms = dsec_now_ms();
-  {
-    struct vclient *cl = j->cl;
-    json_decref(j->req);
-    free(j);
-    if (cl)
-      client_next(v, cl);
-  }
+    vm_die(v, "the guest agent broke its protocol (output past the cap)");
+  if (json_is_true(json_object_get(m, "timed_out")))
+    j->timed_out = true;
+  /* the guest answers whole: a streaming client gets it at once */
+  dsec_job_output(v->e, j, 1, payload, olen, otot);
+  dsec_job_output(v->e, j, 2, payload + olen, elen, etot);
+  dsec_job_finish(v->e, j, &end);
+}
+
+/* An exec the agent did not answer for long past its timeout: the guest
+ * is stuck, or its root stopped the agent from ending it.  The answer is
+ * a timeout all the same, and everything in the guest is killed. */
+static void vm_deadline(struct dsec_engine *e, struct dsec_job *j)
+{
+  struct vm *v = e->b;
+  struct dsec_job_end end = { .status = SIGKILL };
+  _cleanup_json_ json_t *extra =
+    json_pack("{s:s, s:s}", "accelerator", v->accel, "error",
+              "the guest did not end the command by its deadline");
+  end.extra = extra;
+  agent_send(v, json_pack("{s:s, s:i}", "op", "kill", "signal", SIGKILL), NULL, 0);
+  dsec_engine_event(e, json_pack("{s:s, s:O, s:s}", "type", "guest_unresponsive",
+                                 "seq", j->seq ? j->seq : json_null(), "cause",
+                                 "no answer by the exec's deadline"));
+  j->timed_out = true;
+  dsec_job_finish(e, j, &end);
+}
+
+/* kill: every process of the guest (the agent has no finer way). */
+static void vm_signal(struct dsec_engine *e, struct dsec_job *j, int sig)
+{
+  struct vm *v = e->b;
+  (void) j;
+  agent_send(v, json_pack("{s:s, s:i}", "op", "kill", "signal", sig), NULL, 0);
 }
 
 /* Acts on the whole messages the agent sent (results). */
@@ -1362,30 +1210,55 @@ static void agent_dispatch(struct vm *v)
   json_t *m;
   bool bad;
 
+  v->pending = false;
   while ((m = agent_next(v, &p, &pl, &used, &bad))) {
     if (strcmp(json_string_value(json_object_get(m, "op")) ?: "", "result") == 0)
-      job_done(v, m, p);
+      vm_result(v, m, p);
     json_decref(m);
     agent_consume(v, used);
   }
   if (bad)
-    vm_end(v, "died", "the guest agent broke its protocol");
+    vm_die(v, "the guest agent broke its protocol");
 }
 
-static void agent_readable(struct vm *v)
+static void agent_readable(struct dsec_engine *e, void *p, uint32_t events)
 {
+  struct vm *v = e->b;
   bool open = agent_read(v);
+  (void) p, (void) events;
   agent_dispatch(v);
   if (!open)
-    epoll_ctl(v->epfd, EPOLL_CTL_DEL, v->agent, NULL);
+    epoll_ctl(e->epfd, EPOLL_CTL_DEL, v->agent, NULL);
+}
+
+static void console_readable(struct dsec_engine *e, void *p, uint32_t events)
+{
+  (void) p, (void) events;
+  console_read(e->b);
+}
+
+/* What a blocked send read meanwhile is dispatched before the loop waits
+ * again. */
+static int vm_next_timer(struct dsec_engine *e)
+{
+  struct vm *v = e->b;
+  return v->pending ? 0 : -1;
+}
+
+static void vm_timers(struct dsec_engine *e)
+{
+  struct vm *v = e->b;
+  if (v->pending)
+    agent_dispatch(v);
 }
 
 /* ---- the end of a VM */
 
+
 /* QEMU's last diagnostic line (new), or NULL. */
 static char *qemu_said(struct vm *v)
 {
-  _cleanup_free_ char *path = xasprintf("%s/qemu.log", v->dir);
+  _cleanup_free_ char *path = xasprintf("%s/qemu.log", v->e->dir);
   _cleanup_free_ char *text = dsec_read_file_at(AT_FDCWD, path, 1 << 16, NULL, NULL);
   char *end, *line;
   if (!text)
@@ -1403,7 +1276,7 @@ static char *qemu_said(struct vm *v)
  * taken for it: a guest can print any line it likes. */
 static char *console_tail(struct vm *v, size_t max)
 {
-  _cleanup_free_ char *path = xasprintf("%s/console.log", v->dir);
+  _cleanup_free_ char *path = xasprintf("%s/console.log", v->e->dir);
   _cleanup_close_ int fd = open(path, O_RDONLY | O_CLOEXEC);
   char *buf;
   struct stat st;
@@ -1449,8 +1322,8 @@ static char *death_cause(struct vm *v, int status)
   if (v->guest_panicked ||
       (v->shutdown_reason && strcmp(v->shutdown_reason, "guest-panic") == 0))
     return xstrdup("guest kernel panic (pvpanic)");
-  if (WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL && v->cg &&
-      dsec_cgroup_oom_kills(v->cg) > 0)
+  if (WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL && v->e->cg &&
+      dsec_cgroup_oom_kills(v->e->cg) > 0)
     return xstrdup("out of memory: QEMU went past the VM's memory limit");
   if (v->shutdown_reason && strcmp(v->shutdown_reason, "guest-shutdown") == 0)
     return xstrdup("the guest powered off");
@@ -1461,52 +1334,35 @@ static char *death_cause(struct vm *v, int status)
   return xasprintf("QEMU exited with status %d", WEXITSTATUS(status));
 }
 
-static _Noreturn void vm_end(struct vm *v, const char *state, const char *cause)
+
+/* QEMU goes (the end, or a failed start), its console written out. */
+static void vm_stop(struct dsec_engine *e)
 {
-  _cleanup_free_ char *now = dsec_time_rfc3339();
+  struct vm *v = e->b;
   if (v->qemu > 0) {
     kill(v->qemu, SIGKILL);
     while (waitpid(v->qemu, NULL, 0) < 0 && errno == EINTR)
       ;
+    v->qemu = 0;
   }
   console_flush(v);
-  if (v->cg) {
-    _cleanup_error_ struct dsec_error *e = NULL;
-    if (dsec_cgroup_destroy(v->cg, &e) < 0)
-      dsec_warn("%s", e->msg);
-  }
-  for (size_t i = 0; i < v->njobs; i++)
-    if (v->jobs[i]->cl)
-      reply_error(v->jobs[i]->cl, cause ? cause : state, DSEC_EXIT_INTERNAL);
-  json_object_set_new(v->state, "state", json_string(state));
-  json_object_set_new(v->state, "ended", json_string(now));
-  if (cause)
-    json_object_set_new(v->state, "cause", json_string(cause));
-  if (strcmp(state, "died") == 0) {
-    /* the guest's last words, for a person: labelled as such */
-    _cleanup_free_ char *tail = console_tail(v, CONSOLE_TAIL_FIELD);
-    if (tail)
-      json_object_set_new(v->state, "console_tail", json_string(tail));
-  }
-  vm_write_state(v);
-  if (strcmp(state, "died") == 0 || strcmp(state, "expired") == 0) {
-    json_t *ev = json_pack("{s:s, s:s}", "type", state, "cause",
-                           cause ? cause : state);
-    if (json_object_get(v->state, "console_tail"))
-      json_object_set(ev, "console_tail",
-                      json_object_get(v->state, "console_tail"));
-    vm_event(v, ev);
-  }
-  if (v->audit)
-    dsec_audit_finish(v->audit);
-  if (v->run_fd >= 0)
-    unlinkat(v->run_fd, "ctl.sock", 0);
-  fsync(v->events_fd);
-  _exit(0);
 }
 
-static void qemu_exited(struct vm *v)
+/* The VM died: its console's last lines go beside the cause, labelled. */
+static _Noreturn void vm_die(struct vm *v, const char *cause)
 {
+  _cleanup_free_ char *tail = NULL;
+  vm_stop(v->e);
+  tail = console_tail(v, CONSOLE_TAIL_FIELD);
+  if (tail)
+    json_object_set_new(v->e->state, "console_tail", json_string(tail));
+  dsec_engine_end(v->e, "died", cause);
+}
+
+/* SIGCHLD: QEMU ended of itself. */
+static void vm_child(struct dsec_engine *e)
+{
+  struct vm *v = e->b;
   int st;
   _cleanup_free_ char *cause = NULL;
   if (v->qemu <= 0 || waitpid(v->qemu, &st, WNOHANG) != v->qemu)
@@ -1514,22 +1370,30 @@ static void qemu_exited(struct vm *v)
   v->qemu = 0;
   console_flush(v);
   cause = death_cause(v, st);
-  vm_end(v, "died", cause);
+  vm_die(v, cause);
 }
 
 /* ---- operations */
 
+/* suspend without release: the VM paused (its memory and processes kept
+ * in QEMU), continued by resume. */
+static int vm_freeze(struct dsec_engine *e, bool frozen, struct dsec_error **err)
+{
+  return qmp_simple(e->b, frozen ? "stop" : "cont", err);
+}
+
 
 /* suspend: the whole VM into vm.snap, then QEMU goes.  The writable disk
  * stays beside it; resume boots nothing, it restores. */
-static json_t *vm_suspend(struct vm *v, bool *ended)
+static json_t *vm_release(struct dsec_engine *e, bool *ended)
 {
+  struct vm *v = e->b;
   struct dsec_error *err = NULL;
-  _cleanup_free_ char *snap = xasprintf("%s/vm.snap", v->dir);
+  _cleanup_free_ char *snap = xasprintf("%s/vm.snap", v->e->dir);
   double t0 = dsec_now_ms();
   off_t size;
 
-  if (v->njobs > 0) {
+  if (v->e->njobs > 0) {
     dsec_fail(&err, EBUSY, "execs are running; suspend when they end");
     return dsec_ctl_op_error(err);
   }
@@ -1540,31 +1404,32 @@ static json_t *vm_suspend(struct vm *v, bool *ended)
     qmp_simple(v, "cont", NULL);
     return dsec_ctl_op_error(err);
   }
-  json_object_set_new(v->state, "released", json_true());
-  json_object_set_new(v->state, "snapshot", json_string("vm.snap"));
-  vm_event(v, json_pack("{s:s, s:b, s:s, s:I}", "type", "suspended",
+  json_object_set_new(v->e->state, "released", json_true());
+  json_object_set_new(v->e->state, "snapshot", json_string("vm.snap"));
+  dsec_engine_event(v->e, json_pack("{s:s, s:b, s:s, s:I}", "type", "suspended",
                         "released", true, "snapshot", "vm.snap",
                         "snapshot_bytes", (json_int_t) size));
   *ended = true;
   return json_pack("{s:s, s:s, s:b, s:s, s:I, s:f, s:O}", "type", "suspended",
-                   "id", v->id, "released", true, "snapshot", "vm.snap",
+                   "id", v->e->id, "released", true, "snapshot", "vm.snap",
                    "snapshot_bytes", (json_int_t) size, "duration_ms",
                    round((dsec_now_ms() - t0) * 10) / 10, "after_seq",
-                   v->traj.last_seq ? v->traj.last_seq : json_null());
+                   v->e->traj.last_seq ? v->e->traj.last_seq : json_null());
 }
 
 /* fork: memory and disk copied while the VM is paused, then it goes on.
  * Answers where the copies are; the forks take them. */
-static json_t *vm_snapshot(struct vm *v)
+static json_t *vm_snapshot(struct dsec_engine *e)
 {
+  struct vm *v = e->b;
   struct dsec_error *err = NULL;
   _cleanup_free_ char *tag = dsec_sandbox_new_id();
-  _cleanup_free_ char *snap = xasprintf("%s/fork-%s.snap", v->dir, tag + 3);
-  _cleanup_free_ char *disk = xasprintf("%s/fork-%s.disk", v->dir, tag + 3);
-  _cleanup_free_ char *mine = xasprintf("%s/disk.img", v->dir);
+  _cleanup_free_ char *snap = xasprintf("%s/fork-%s.snap", v->e->dir, tag + 3);
+  _cleanup_free_ char *disk = xasprintf("%s/fork-%s.disk", v->e->dir, tag + 3);
+  _cleanup_free_ char *mine = xasprintf("%s/disk.img", v->e->dir);
   double t0 = dsec_now_ms();
 
-  if (v->njobs > 0) {
+  if (v->e->njobs > 0) {
     dsec_fail(&err, EBUSY, "execs are running; fork when they end");
     return dsec_ctl_op_error(err);
   }
@@ -1582,27 +1447,10 @@ static json_t *vm_snapshot(struct vm *v)
     return dsec_ctl_op_error(err);
   }
   return json_pack("{s:s, s:s, s:s, s:s, s:f, s:O}", "type", "snapshot", "id",
-                   v->id, "snapshot", snap, "disk", disk, "duration_ms",
+                   v->e->id, "snapshot", snap, "disk", disk, "duration_ms",
                    round((dsec_now_ms() - t0) * 10) / 10, "after_seq",
-                   v->traj.last_seq ? v->traj.last_seq : json_null());
+                   v->e->traj.last_seq ? v->e->traj.last_seq : json_null());
 }
-
-/* checkpoint: the writable layer (the overlay's upper directory on the
- * VM's disk) as a layer in the store.  The host neither mounts the disk
- * nor reads the guest's file system: the agent stops the guest's
- * processes, freezes the disk's file system and writes the upper
- * directory as a tar stream over its port ("checkpoint_data" messages,
- * then "checkpoint_end"), and we import it as an untrusted tarball
- * (dsec_checkpoint_import).  The stream is bounded by the disk's size and
- * by time; a guest that breaks either fails the checkpoint, and the VM
- * goes on. */
-struct guest_producer {
-  struct vm *v;
-  json_int_t id;
-  uint64_t max;
-  bool frozen; /* the agent says it stopped the processes and froze */
-  bool ended;  /* its checkpoint_end came */
-};
 
 /* Whether QEMU ended, without collecting it (SIGCHLD's handler will). */
 static bool qemu_gone(struct vm *v)
@@ -1616,13 +1464,13 @@ static bool qemu_gone(struct vm *v)
 static int guest_produce(void *ud, int fd, json_t **stats,
                          struct dsec_error **err)
 {
-  struct guest_producer *g = ud;
-  struct vm *v = g->v;
+  struct dsec_engine *e = ud;
+  struct vm *v = e->b;
   double end = dsec_now_ms() + CHECKPOINT_TIMEOUT_MS;
   double idle = dsec_now_ms() + CHECKPOINT_IDLE_MS;
   uint64_t got = 0;
 
-  if (agent_send(v, json_pack("{s:s, s:I}", "op", "checkpoint", "id", g->id),
+  if (agent_send(v, json_pack("{s:s, s:I}", "op", "checkpoint", "id", v->ckpt_id),
                  NULL, 0) < 0)
     return dsec_fail(err, errno, "cannot reach the guest agent");
   for (;;) {
@@ -1633,27 +1481,27 @@ static int guest_produce(void *ud, int fd, json_t **stats,
 
     while ((m = agent_next(v, &p, &pl, &used, &bad))) {
       const char *op = json_string_value(json_object_get(m, "op")) ?: "";
-      bool ours = json_integer_value(json_object_get(m, "id")) == g->id;
+      bool ours = json_integer_value(json_object_get(m, "id")) == v->ckpt_id;
       int ret = 0;
 
       if (ours && strcmp(op, "checkpoint_data") == 0) {
         idle = dsec_now_ms() + CHECKPOINT_IDLE_MS;
         got += pl;
-        if (got > g->max)
+        if (got > v->ckpt_max)
           ret = dsec_fail(err, EFBIG, "the guest sent more than %llu bytes "
                                       "for a disk of that size",
-                          (unsigned long long) g->max);
+                          (unsigned long long) v->ckpt_max);
         else if (dsec_write_all(fd, p, pl, err) < 0)
           ret = dsec_error_wrap(err, "cannot pass the guest's stream on");
       } else if (ours && strcmp(op, "checkpoint_end") == 0) {
         const char *why = json_string_value(json_object_get(m, "error"));
         json_t *k = json_object_get(m, "skipped_whiteout_names");
-        g->ended = true;
+        v->ckpt_ended = true;
         if (why)
           ret = dsec_fail(err, 0, "the guest could not write its layer: %s",
                           why);
         else {
-          g->frozen = json_is_true(json_object_get(m, "frozen"));
+          v->ckpt_frozen = json_is_true(json_object_get(m, "frozen"));
           /* the guest's count, as the guest says */
           *stats = json_pack("{s:I}", "skipped_whiteout_names",
                              json_is_integer(k) && json_integer_value(k) >= 0
@@ -1689,222 +1537,6 @@ static int guest_produce(void *ud, int fd, json_t **stats,
   }
 }
 
-static json_t *vm_checkpoint(struct vm *v, const char *name)
-{
-  struct dsec_error *err = NULL;
-  _cleanup_json_ json_t *layer = NULL;
-  _cleanup_json_ json_t *stats = NULL;
-  json_int_t mb = json_integer_value(json_object_get(
-    json_object_get(v->spec, "resources"), "disk_mb"));
-  struct guest_producer g = { v, (json_int_t) ++v->next_xid, 0, false,
-                              false };
-  struct dsec_checkpoint_opts co = { name, json_object_get(v->spec, "protect"),
-                                     0 };
-  json_t *r;
-
-  if (v->njobs > 0) {
-    dsec_fail(&err, EBUSY, "execs are running; checkpoint when they end");
-    return dsec_ctl_op_error(err);
-  }
-  /* the stream of a full disk: its files, and a header or two each */
-  g.max = ((uint64_t) (mb > 0 ? mb : 2048) << 21) + (16u << 20);
-  co.max_size = g.max;
-  layer = dsec_checkpoint_import(&co, guest_produce, &g, &stats, &err);
-  if (!layer) {
-    /* the agent need not send (and keep the guest stopped for) the rest */
-    if (!g.ended)
-      agent_send(v, json_pack("{s:s, s:I}", "op", "checkpoint_abort", "id",
-                              g.id), NULL, 0);
-    return dsec_ctl_op_error(err);
-  }
-  r = dsec_checkpoint_record(&v->traj, v->audit, v->id, v->state, layer,
-                             stats, g.frozen, &err);
-  if (!r)
-    return dsec_ctl_op_error(err);
-  vm_write_state(v);
-  return r;
-}
-
-static void client_next(struct vm *v, struct vclient *cl)
-{
-  while (!cl->job) {
-    json_t *req;
-    const char *op;
-    bool ended = false;
-
-    if (dsec_ctl_next(&cl->c, &req) == 0) {
-      if (cl->c.eof)
-        client_close(v, cl);
-      return;
-    }
-    op = json_string_value(json_object_get(req, "op"));
-    if (!op || strcmp(op, "exec") == 0) {
-      job_start(v, cl, req);
-    } else if (strcmp(op, "kill") == 0) {
-      json_int_t sig = json_integer_value(json_object_get(req, "signal"));
-      json_t *r;
-      sig = sig > 0 && sig < NSIG ? sig : SIGKILL;
-      agent_send(v, json_pack("{s:s, s:I}", "op", "kill", "signal", sig), NULL, 0);
-      r = json_pack("{s:s, s:s, s:I}", "type", "killed", "id", v->id, "signal", sig);
-      client_write(cl, r);
-      json_decref(r);
-    } else if (strcmp(op, "status") == 0) {
-      json_t *st = json_copy(v->state);
-      int64_t mem = dsec_cgroup_memory_current(v->cg);
-      if (mem >= 0)
-        json_object_set_new(st, "memory_bytes", json_integer(mem));
-      json_object_set_new(st, "execs_running", json_integer((json_int_t) v->njobs));
-      json_object_set_new(st, "audit", dsec_audit_status(v->audit));
-      client_write(cl, st);
-      json_decref(st);
-    } else if (strcmp(op, "suspend") == 0) {
-      json_t *r = vm_suspend(v, &ended);
-      client_write(cl, r);
-      json_decref(r);
-    } else if (strcmp(op, "snapshot") == 0) {
-      json_t *r = vm_snapshot(v);
-      client_write(cl, r);
-      json_decref(r);
-    } else if (strcmp(op, "checkpoint") == 0) {
-      json_t *r = vm_checkpoint(v, json_string_value(json_object_get(req, "name")));
-      client_write(cl, r);
-      json_decref(r);
-    } else if (strcmp(op, "resume") == 0) {
-      json_t *r = json_pack("{s:s, s:s, s:s}", "type", "resumed", "id", v->id,
-                            "state", "running");
-      client_write(cl, r);
-      json_decref(r);
-    } else if (strcmp(op, "shutdown") == 0) {
-      json_t *m = json_pack("{s:s, s:s}", "type", "stopping", "id", v->id);
-      client_write(cl, m);
-      json_decref(m);
-      json_decref(req);
-      vm_end(v, "stopped", "removed");
-    } else {
-      reply_error(cl, "unknown op", DSEC_EXIT_INPUT);
-    }
-    json_decref(req);
-    if (ended)
-      vm_end(v, "suspended", "released");
-  }
-}
-
-static void client_readable(struct vm *v, struct vclient *cl)
-{
-  if (dsec_ctl_read(&cl->c) < 0) {
-    client_close(v, cl);
-    return;
-  }
-  if (cl->c.eof)
-    epoll_ctl(v->epfd, EPOLL_CTL_DEL, cl->c.fd, NULL);
-  client_next(v, cl);
-}
-
-static void accept_clients(struct vm *v)
-{
-  int fd;
-  while ((fd = dsec_ctl_accept(v->lsock)) >= 0) {
-    struct vclient *cl = xzalloc(sizeof *cl);
-    struct epoll_event ev = { .events = EPOLLIN, .data.ptr = cl };
-    cl->c.fd = fd;
-    epoll_ctl(v->epfd, EPOLL_CTL_ADD, fd, &ev);
-    v->clients = xrealloc(v->clients, sizeof *v->clients * (v->nclients + 1));
-    v->clients[v->nclients++] = cl;
-  }
-}
-
-/* An exec the agent did not answer for long past its timeout: the guest
- * is stuck, or its root stopped the agent from ending it.  The answer is
- * a timeout all the same, and everything in the guest is killed. */
-static void job_overdue(struct vm *v, struct vjob *j)
-{
-  json_t *m = json_pack("{s:s, s:I, s:i, s:b, s:b}", "op", "result", "id",
-                        (json_int_t) j->xid, "status", SIGKILL, "timed_out",
-                        true, "overdue", true);
-  agent_send(v, json_pack("{s:s, s:i}", "op", "kill", "signal", SIGKILL), NULL, 0);
-  vm_event(v, json_pack("{s:s, s:O, s:s}", "type", "guest_unresponsive", "seq",
-                        j->seq ? j->seq : json_null(), "cause",
-                        "no answer by the exec's deadline"));
-  job_done(v, m, "");
-  json_decref(m);
-}
-
-static void vm_loop(struct vm *v)
-{
-  for (;;) {
-    struct epoll_event evs[32];
-    int timeout = -1, n;
-    double now = dsec_now_ms();
-
-    if (v->ttl_s > 0) {
-      double left = v->start_ms + (double) v->ttl_s * 1000 - now;
-      if (left <= 0)
-        vm_end(v, "expired", "ttl");
-      timeout = left > 3600000 ? 3600000 : (int) left + 1;
-    }
-    if (v->idle_s > 0 && v->njobs == 0) {
-      double left = v->last_activity_ms + (double) v->idle_s * 1000 - now;
-      if (left <= 0) {
-        const char *action = json_string_value(json_object_get(v->spec,
-                                                               "idle_action"));
-        if (action && strcmp(action, "suspend") == 0) {
-          /* idle_action suspend: the whole VM to vm.snap, resumable */
-          bool ended = false;
-          json_decref(vm_suspend(v, &ended));
-          if (ended)
-            vm_end(v, "suspended", "idle");
-          /* a failed migration: removed as an idle VM */
-        }
-        vm_end(v, "expired", "idle");
-      }
-      if (timeout < 0 || left < timeout)
-        timeout = (int) left + 1;
-    }
-    for (size_t k = 0; k < v->njobs; k++) {
-      double left = v->jobs[k]->deadline - now;
-      if (v->jobs[k]->deadline <= 0)
-        continue;
-      if (left <= 0) {
-        job_overdue(v, v->jobs[k]);
-        k = (size_t) -1; /* the list changed: look again */
-        continue;
-      }
-      if (timeout < 0 || left < timeout)
-        timeout = (int) left + 1;
-    }
-    /* what a blocked send read meanwhile */
-    agent_dispatch(v);
-    n = epoll_wait(v->epfd, evs, 32, timeout);
-    for (int i = 0; i < n; i++) {
-      void *p = evs[i].data.ptr;
-      if (p == &v->lsock) {
-        accept_clients(v);
-      } else if (p == &v->sfd) {
-        struct signalfd_siginfo si;
-        while (read(v->sfd, &si, sizeof si) > 0)
-          if (si.ssi_signo != SIGCHLD)
-            vm_end(v, "stopped", "signal");
-        qemu_exited(v);
-      } else if (p == &v->agent) {
-        agent_readable(v);
-      } else if (p == &v->console_in) {
-        console_read(v);
-      } else {
-        /* a client: it may be gone (closed earlier in this batch) */
-        for (size_t k = 0; k < v->nclients; k++)
-          if (v->clients[k] == p) {
-            client_readable(v, p);
-            break;
-          }
-      }
-    }
-  }
-}
-
-
-/* ---- proxy mode: each connection the guest opens on its 127.0.0.1:3128
- * arrives here as an open frame and goes to the proxy on a socketpair */
-
 static int net_open(void *ud, uint32_t id)
 {
   struct vm *v = ud;
@@ -1912,7 +1544,7 @@ static int net_open(void *ud, uint32_t id)
   (void) id;
   if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sp) < 0)
     return -1;
-  dsec_proxy_serve(v->proxy, sp[1]);
+  dsec_proxy_serve(v->e->proxy, sp[1]);
   return sp[0];
 }
 
@@ -1928,7 +1560,7 @@ static void *net_relay(void *arg)
  * The guest's processes are the guest kernel's business. */
 static int vm_cgroup(struct vm *v, struct dsec_error **err)
 {
-  json_t *r = json_object_get(v->spec, "resources");
+  json_t *r = json_object_get(v->e->spec_json, "resources");
   _cleanup_json_ json_t *lim = json_object();
   json_int_t mem = json_integer_value(json_object_get(r, "memory_mb"));
 
@@ -1939,16 +1571,73 @@ static int vm_cgroup(struct vm *v, struct dsec_error **err)
     json_object_set(lim, "cpus", json_object_get(r, "cpus"));
   if (json_object_get(r, "class"))
     json_object_set(lim, "class", json_object_get(r, "class"));
-  return dsec_cgroup_create(v->id, lim, &v->cg, err);
+  return dsec_cgroup_create(v->e->id, lim, &v->e->cg, err);
+}
+
+/* The checkpoint's producer (see dsec_checkpoint_import): the agent
+ * stops the guest's processes, freezes the disk and streams its upper
+ * directory (guest_produce).  A stream the host gave up on is aborted in
+ * the guest, which thaws at once. */
+static int vm_checkpoint(void *ud, int fd, json_t **stats,
+                         struct dsec_error **err)
+{
+  struct dsec_engine *e = ud;
+  struct vm *v = e->b;
+  int64_t mb = e->spec->resources.disk_mb;
+  int r;
+
+  v->ckpt_id = (json_int_t) ++e->next_xid;
+  /* the stream of a full disk: its files, and a header or two each */
+  v->ckpt_max = ((uint64_t) (mb > 0 ? mb : 2048) << 21) + (16u << 20);
+  v->ckpt_ended = v->ckpt_frozen = false;
+  r = guest_produce(e, fd, stats, err);
+  if (r < 0 && !v->ckpt_ended)
+    agent_send(v, json_pack("{s:s, s:I}", "op", "checkpoint_abort", "id",
+                            v->ckpt_id), NULL, 0);
+  if (r == 0 && *stats)
+    json_object_set_new(*stats, "frozen", json_boolean(v->ckpt_frozen));
+  return r;
+}
+
+static const struct dsec_backend_ops vm_ops = {
+  .exec = vm_exec,
+  .deadline = vm_deadline,
+  .signal = vm_signal,
+  .freeze = vm_freeze,
+  .checkpoint = vm_checkpoint,
+  .checkpoint_freezes = true,
+  .release = vm_release,
+  .snapshot = vm_snapshot,
+  .child = vm_child,
+  .next_timer = vm_next_timer,
+  .timers = vm_timers,
+  .stop = vm_stop,
+  /* the guest's earlier execs run as its root, in its one pid namespace:
+   * nothing here could keep them from an exec */
+  .no_exclusive = "exclusive execs are not available in VMs (the guest's "
+                  "processes share one pid namespace)",
+};
+
+/* A start that failed: QEMU's last words added when it ended, then the
+ * engine's report. */
+static _Noreturn void vm_fail(struct vm *v, struct dsec_error *err)
+{
+  if (v->qemu > 0 && waitpid(v->qemu, NULL, WNOHANG) == v->qemu) {
+    _cleanup_free_ char *why = qemu_said(v);
+    v->qemu = 0;
+    if (why && err)
+      dsec_error_wrap(&err, "QEMU exited (%s)", why);
+  }
+  dsec_engine_fail(v->e, err);
 }
 
 _Noreturn void dsec_vm_supervisor_main(struct dsec_container_opts *o)
 {
+  struct dsec_engine engine, *e = &engine;
   struct vm vv = { 0 }, *v = &vv;
   struct dsec_error *err = NULL;
   struct dsec_store *store = NULL;
   struct dsec_vm_boot boot = { 0 };
-  _cleanup_free_ char *now = dsec_time_rfc3339();
   int agent[2] = { -1, -1 }, mon[2] = { -1, -1 };
   _cleanup_close_ int snap = -1;
   _cleanup_json_ json_t *uuids = json_array();
@@ -1956,66 +1645,38 @@ _Noreturn void dsec_vm_supervisor_main(struct dsec_container_opts *o)
   int go[2] = { -1, -1 }, net[2] = { -1, -1 }, cons[2] = { -1, -1 };
   int life[2] = { -1, -1 };
   struct qfiles qf = { .n = 0 };
-  sigset_t mask;
-  json_t *args, *ready, *x;
+  json_t *args, *ready, *fields;
 
-  v->id = o->id;
-  v->spec = o->spec;
-  v->backend = json_string_value(json_object_get(o->spec, "backend"));
-  v->dir = dsec_sandbox_dir(o->id);
-  v->run = dsec_sandbox_run_dir(o->id);
-  v->epfd = v->sfd = v->lsock = v->agent = v->qmp = v->events_fd = -1;
-  v->console_fd = v->run_fd = v->net_chan = v->console_in = -1;
-  v->traj.fd = -1;
+  v->e = e;
+  v->agent = v->qmp = v->console_fd = v->net_chan = v->console_in = -1;
   v->accel = dsec_vm_accelerator();
-  v->workdir = json_string_value(json_object_get(o->spec, "workdir"));
-  dsec_parse_user(json_string_value(json_object_get(o->spec, "user")), &v->uid,
-                  &v->gid);
-  v->ttl_s = json_integer_value(json_object_get(o->spec, "ttl_s"));
-  v->idle_s = json_integer_value(json_object_get(o->spec, "idle_timeout_s"));
-  v->start_ms = v->last_activity_ms = dsec_now_ms();
-  v->base_env = dsec_exec_base_env(o->spec, o->environment, v->uid);
-
-  dsec_supervisor_begin(v->dir, &mask);
+  dsec_engine_init(e, o, &vm_ops, v);
   if (geteuid() != 0) {
     dsec_fail(&err, EPERM, "dsec-vm needs root (QEMU's containment)");
-    goto fail;
+    vm_fail(v, err);
   }
   /* a mount namespace of our own: whatever is mounted for QEMU's root
    * goes with us */
   if (unshare(CLONE_NEWNS) < 0 ||
       mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) < 0) {
     dsec_fail(&err, errno, "cannot create a mount namespace");
-    goto fail;
+    vm_fail(v, err);
   }
   {
     _cleanup_free_ char *top = dsec_run_dir();
-    if (dsec_private_dir(top, &err) < 0 || dsec_private_dir(v->run, &err) < 0)
-      goto fail;
-  }
-  {
-    _cleanup_free_ char *tp = xasprintf("%s/trajectory.jsonl", v->dir);
-    _cleanup_free_ char *ep = xasprintf("%s/events.jsonl", v->dir);
-    _cleanup_free_ char *cp = xasprintf("%s/console.log", v->dir);
-    v->traj.fd = open(tp, O_RDWR | O_APPEND | O_CREAT | O_CLOEXEC, 0644);
-    v->events_fd = open(ep, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0644);
-    v->console_fd = open(cp, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0644);
-    if (v->traj.fd < 0 || v->events_fd < 0 || v->console_fd < 0) {
-      dsec_fail(&err, errno, "cannot open the sandbox's files");
-      goto fail;
+    _cleanup_free_ char *cp = xasprintf("%s/console.log", e->dir);
+    if (dsec_private_dir(top, &err) < 0 || dsec_private_dir(e->run, &err) < 0)
+      vm_fail(v, err);
+    v->console_fd = open(cp, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0600);
+    if (v->console_fd < 0) {
+      dsec_fail(&err, errno, "cannot open %s", cp);
+      vm_fail(v, err);
     }
-    dsec_traj_load(&v->traj);
-  }
-  {
-    /* the budget counts what the file holds and what earlier supervisors
-     * of this sandbox dropped */
-    _cleanup_json_ json_t *old = dsec_sandbox_state_read(o->id, NULL);
-    v->audit = dsec_audit_new(v->events_fd, v->id, o->spec, old);
   }
 
   /* 1. what the VM boots from */
   if (dsec_store_open(&store, &err) < 0)
-    goto fail;
+    vm_fail(v, err);
   {
     /* beside us in a build tree, else where make install put it */
     _cleanup_free_ char *agent_path = dsec_sibling_program("dsec-agent");
@@ -2024,27 +1685,27 @@ _Noreturn void dsec_vm_supervisor_main(struct dsec_container_opts *o)
       agent_path = xstrdup(PKGLIBEXECDIR "/dsec-agent");
     }
     if (dsec_vm_boot_prepare(store, agent_path, &boot, &err) < 0)
-      goto fail;
+      vm_fail(v, err);
   }
   if (prepare_disk(v, o->disk_from, &err) < 0)
-    goto fail;
+    vm_fail(v, err);
   {
     /* QEMU reopens it as the unprivileged id it runs as */
-    _cleanup_free_ char *disk = xasprintf("%s/disk.img", v->dir);
+    _cleanup_free_ char *disk = xasprintf("%s/disk.img", e->dir);
     struct dsec_idrange r;
     if (dsec_idrange_acquire(o->id, &r, &err) < 0)
-      goto fail;
+      vm_fail(v, err);
     v->host_id = r.base;
     if (chown(disk, r.base, r.base) < 0) {
       dsec_fail(&err, errno, "cannot give %s to QEMU's user", disk);
-      goto fail;
+      vm_fail(v, err);
     }
   }
   if (o->restore) {
     snap = open(o->restore, O_RDONLY | O_CLOEXEC);
     if (snap < 0) {
       dsec_fail(&err, errno, "cannot open the snapshot %s", o->restore);
-      goto fail;
+      vm_fail(v, err);
     }
   }
 
@@ -2053,17 +1714,17 @@ _Noreturn void dsec_vm_supervisor_main(struct dsec_container_opts *o)
       socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, mon) < 0 ||
       pipe2(cons, O_CLOEXEC) < 0) {
     dsec_fail(&err, errno, "cannot create QEMU's channels");
-    goto fail;
+    vm_fail(v, err);
   }
   if (strcmp(json_string_value(json_object_get(json_object_get(o->spec, "network"),
                                                "mode")) ?: "none", "proxy") == 0) {
     if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, net) < 0) {
       dsec_fail(&err, errno, "cannot create the network channel");
-      goto fail;
+      vm_fail(v, err);
     }
-    dsec_net_events_init(&v->net, v->audit);
-    v->proxy = dsec_proxy_new(json_object_get(o->spec, "network"),
-                              dsec_net_events_report, &v->net);
+    dsec_net_events_init(&e->net, e->audit);
+    e->proxy = dsec_proxy_new(json_object_get(o->spec, "network"),
+                              dsec_net_events_report, &e->net);
     v->net_chan = net[0];
   }
   if (json_is_true(json_object_get(o->spec, "pmem"))) {
@@ -2072,34 +1733,34 @@ _Noreturn void dsec_vm_supervisor_main(struct dsec_container_opts *o)
       char uuid[33];
       pmem[i] = dsec_vm_pmem_image(store, o->layers[i], uuid, &err);
       if (!pmem[i])
-        goto fail;
+        vm_fail(v, err);
       json_array_append_new(uuids, json_string(uuid));
     }
   }
   args = qemu_argv(v, &boot, o->layers, o->n_layers, pmem, o->restore != NULL,
                    &qf, &err);
   if (!args)
-    goto fail;
+    vm_fail(v, err);
   if (vm_cgroup(v, &err) < 0 || pipe2(go, O_CLOEXEC) < 0) {
     if (!err)
       dsec_fail(&err, errno, "pipe");
-    goto fail;
+    vm_fail(v, err);
   }
   /* PID 1 of a PID namespace of its own: its /proc shows only itself */
   if (pipe2(life, O_CLOEXEC) < 0) {
     dsec_fail(&err, errno, "pipe");
-    goto fail;
+    vm_fail(v, err);
   }
   v->life = life[0];
   v->qemu = (pid_t) syscall(SYS_clone, CLONE_NEWPID | SIGCHLD, NULL, NULL,
                             NULL, 0);
   if (v->qemu < 0) {
     dsec_fail(&err, errno, "cannot start QEMU");
-    goto fail;
+    vm_fail(v, err);
   }
   if (v->qemu == 0) {
     int fds[5] = { agent[1], mon[1], cons[1], snap, net[1] };
-    _cleanup_free_ char *qlog = xasprintf("%s/qemu.log", v->dir);
+    _cleanup_free_ char *qlog = xasprintf("%s/qemu.log", e->dir);
     char c;
     /* in its cgroup before it allocates anything */
     close(go[1]);
@@ -2110,11 +1771,11 @@ _Noreturn void dsec_vm_supervisor_main(struct dsec_container_opts *o)
   }
   close(go[0]);
   close(life[0]); /* life[1] stays open as long as we live */
-  if (dsec_cgroup_attach(v->cg, v->qemu, &err) < 0 || write(go[1], "g", 1) != 1) {
+  if (dsec_cgroup_attach(e->cg, v->qemu, &err) < 0 || write(go[1], "g", 1) != 1) {
     if (!err)
       dsec_fail(&err, errno, "cannot start QEMU");
     close(go[1]);
-    goto fail;
+    vm_fail(v, err);
   }
   close(go[1]);
   json_decref(args);
@@ -2137,11 +1798,11 @@ _Noreturn void dsec_vm_supervisor_main(struct dsec_container_opts *o)
       _cleanup_free_ char *why = qemu_said(v);
       dsec_fail(&err, 0, "QEMU did not start%s%s", why ? ": " : "",
                 why ? why : "");
-      goto fail;
+      vm_fail(v, err);
     }
     json_decref(greeting);
     if (qmp_simple(v, "qmp_capabilities", &err) < 0)
-      goto fail;
+      vm_fail(v, err);
   }
   if (o->restore) {
     /* the incoming migration ends paused (the VM was paused when saved) */
@@ -2153,17 +1814,17 @@ _Noreturn void dsec_vm_supervisor_main(struct dsec_container_opts *o)
       bool running = st && strcmp(st, "running") == 0;
       json_decref(r);
       if (!st)
-        goto fail;
+        vm_fail(v, err);
       if (running)
         break;
       if (!incoming) {
         if (qmp_simple(v, "cont", &err) < 0)
-          goto fail;
+          vm_fail(v, err);
         break;
       }
       if (dsec_now_ms() > end) {
         dsec_fail(&err, ETIMEDOUT, "the snapshot was not restored in time");
-        goto fail;
+        vm_fail(v, err);
       }
       usleep(10000);
     }
@@ -2177,7 +1838,7 @@ _Noreturn void dsec_vm_supervisor_main(struct dsec_container_opts *o)
       if (getrandom(seed, sizeof seed, 0) != (ssize_t) sizeof seed) {
         dsec_fail(&err, errno, "getrandom");
         json_decref(ready);
-        goto fail;
+        vm_fail(v, err);
       }
       for (size_t i = 0; i < sizeof seed; i++)
         snprintf(hex + 2 * i, 3, "%02x", seed[i]);
@@ -2190,7 +1851,7 @@ _Noreturn void dsec_vm_supervisor_main(struct dsec_container_opts *o)
                     json_string_value(json_object_get(r, "error")));
         json_decref(r);
         json_decref(ready);
-        goto fail;
+        vm_fail(v, err);
       }
       json_decref(r);
     }
@@ -2200,9 +1861,9 @@ _Noreturn void dsec_vm_supervisor_main(struct dsec_container_opts *o)
                               "protect",
                               json_object_get(o->spec, "protect") ?: json_array(),
                               "hide", json_object_get(o->spec, "hide") ?: json_array(),
-                              "workdir", v->workdir ? v->workdir : "/",
+                              "workdir", e->spec->workdir ? e->spec->workdir : "/",
                               "pmem", pmem != NULL, "uuids", uuids);
-    json_object_set_new(setup, "proxy", json_boolean(v->proxy != NULL));
+    json_object_set_new(setup, "proxy", json_boolean(e->proxy != NULL));
     agent_send(v, setup, NULL, 0);
     ready = agent_wait(v, "ready", BOOT_TIMEOUT_MS, &err);
   }
@@ -2219,7 +1880,7 @@ _Noreturn void dsec_vm_supervisor_main(struct dsec_container_opts *o)
       free(err->msg);
       err->msg = steal_pointer(&msg);
     }
-    goto fail;
+    vm_fail(v, err);
   }
   if (json_array_size(json_object_get(ready, "missing"))) {
     /* as in a container: a path to protect that is not there is the
@@ -2229,98 +1890,43 @@ _Noreturn void dsec_vm_supervisor_main(struct dsec_container_opts *o)
                                                                     "missing"),
                                                     0)));
     json_decref(ready);
-    goto fail;
+    vm_fail(v, err);
   }
 
-  /* 4. serve */
-  v->run_fd = open(v->run, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  v->lsock = v->run_fd < 0 ? dsec_fail(&err, errno, "cannot open %s", v->run)
-                           : dsec_ctl_listen(v->run_fd, v->run, &err);
-  if (v->lsock < 0)
-    goto fail;
-  v->epfd = epoll_create1(EPOLL_CLOEXEC);
-  v->sfd = signalfd(-1, &mask, SFD_CLOEXEC | SFD_NONBLOCK);
-  {
-    struct epoll_event e1 = { .events = EPOLLIN, .data.ptr = &v->lsock };
-    struct epoll_event e2 = { .events = EPOLLIN, .data.ptr = &v->sfd };
-    struct epoll_event e3 = { .events = EPOLLIN, .data.ptr = &v->agent };
-    struct epoll_event e4 = { .events = EPOLLIN, .data.ptr = &v->console_in };
-    if (v->epfd < 0 || v->sfd < 0 ||
-        epoll_ctl(v->epfd, EPOLL_CTL_ADD, v->lsock, &e1) < 0 ||
-        epoll_ctl(v->epfd, EPOLL_CTL_ADD, v->sfd, &e2) < 0 ||
-        epoll_ctl(v->epfd, EPOLL_CTL_ADD, v->agent, &e3) < 0 ||
-        epoll_ctl(v->epfd, EPOLL_CTL_ADD, v->console_in, &e4) < 0) {
-      dsec_fail(&err, errno, "cannot set up the event loop");
-      goto fail;
-    }
+  /* 4. serve: the agent's answers and the console in the engine's loop */
+  v->w_agent = (struct dsec_watch){ agent_readable, NULL, false };
+  v->w_console = (struct dsec_watch){ console_readable, NULL, false };
+  if (dsec_engine_watch(e, v->agent, EPOLLIN, &v->w_agent) < 0 ||
+      dsec_engine_watch(e, v->console_in, EPOLLIN, &v->w_console) < 0) {
+    dsec_fail(&err, errno, "cannot set up the event loop");
+    json_decref(ready);
+    vm_fail(v, err);
   }
-  {
-    _cleanup_json_ json_t *old = dsec_sandbox_state_read(o->id, NULL);
-    const char *c = json_string_value(json_object_get(old, "created"));
-    _cleanup_free_ char *sock = xasprintf("%s/ctl.sock", v->run);
-    _cleanup_free_ char *bootid = dsec_boot_id();
-    v->state = json_pack("{s:s, s:s, s:s, s:s, s:i, s:I, s:s, s:s, s:s, s:s, "
-                         "s:i}",
-                         "type", "sandbox", "id", o->id, "state", "running",
-                         "backend", v->backend, "supervisor_pid", (int) getpid(),
-                         "supervisor_start",
-                         (json_int_t) dsec_process_starttime(getpid()),
-                         "created", c && *c ? c : now, "socket", sock,
-                         "accelerator", v->accel, "kernel",
-                         json_string_value(json_object_get(ready, "kernel")) ?: "",
-                         "qemu_pid", (int) v->qemu);
-    if (bootid)
-      json_object_set_new(v->state, "boot_id", json_string(bootid));
-    json_object_set_new(v->state, "cgroup", dsec_cgroup_to_json(v->cg));
-    /* QEMU's host id: the first of the VM's own range */
-    json_object_set_new(v->state, "idmap",
-                        json_pack("{s:I, s:I}", "host_base",
-                                  (json_int_t) v->host_id, "count",
-                                  (json_int_t) DSEC_IDRANGE_SIZE));
-    if ((x = json_object_get(o->spec, "name")))
-      json_object_set(v->state, "name", x);
-  }
-  json_decref(ready);
-  if (v->proxy) {
+  if (e->proxy) {
     pthread_t t;
     if (pthread_create(&t, NULL, net_relay, v) != 0) {
       dsec_fail(&err, errno, "cannot start the network relay");
-      goto fail;
+      json_decref(ready);
+      vm_fail(v, err);
     }
     pthread_detach(t);
   }
-  vm_write_state(v);
-  if (o->restore)
-    vm_event(v, json_pack("{s:s, s:s, s:s}", "type", "resumed", "from",
-                          "snapshot", "accelerator", v->accel));
-  else
-    vm_event(v, json_pack("{s:s, s:s, s:s, s:O}", "type", "created", "backend",
-                          v->backend, "accelerator", v->accel, "labels",
-                          json_object_get(o->spec, "labels")));
-  /* idle from now on: a boot is not idleness */
-  v->last_activity_ms = dsec_now_ms();
-  dsec_supervisor_report(o->ready_fd, json_pack("{s:b}", "ok", true));
-  close(o->ready_fd);
-  o->ready_fd = -1;
+  /* QEMU's host id: the first of the VM's own range */
+  fields = json_pack("{s:s, s:s, s:i, s:{s:I, s:I}}", "accelerator", v->accel,
+                     "kernel",
+                     json_string_value(json_object_get(ready, "kernel")) ?: "",
+                     "qemu_pid", (int) v->qemu, "idmap", "host_base",
+                     (json_int_t) v->host_id, "count",
+                     (json_int_t) DSEC_IDRANGE_SIZE);
+  json_decref(ready);
   dsec_vm_boot_free(&boot);
   dsec_store_free(store);
-  vm_loop(v);
-fail:
-  if (v->qemu > 0 && waitpid(v->qemu, NULL, WNOHANG) == v->qemu) {
-    _cleanup_free_ char *why = qemu_said(v);
-    v->qemu = 0;
-    if (why && err)
-      dsec_error_wrap(&err, "QEMU exited (%s)", why);
-  }
-  dsec_supervisor_report(o->ready_fd, json_pack("{s:b, s:s, s:i, s:i}", "ok", false, "error",
-                                err ? err->msg : "unknown error", "status",
-                                err ? err->status : 1, "errno",
-                                err ? err->errnum : 0));
-  if (v->qemu > 0) {
-    kill(v->qemu, SIGKILL);
-    waitpid(v->qemu, NULL, 0);
-  }
-  if (v->cg)
-    dsec_cgroup_destroy(v->cg, NULL);
-  _exit(1);
+  dsec_engine_serve(e, fields,
+                    o->restore
+                      ? json_pack("{s:s, s:s, s:s}", "type", "resumed", "from",
+                                  "snapshot", "accelerator", v->accel)
+                      : json_pack("{s:s, s:s, s:s, s:O}", "type", "created",
+                                  "backend", dsec_backend_name(e->spec->backend),
+                                  "accelerator", v->accel, "labels",
+                                  e->spec->labels));
 }
