@@ -69,6 +69,7 @@
 #include "engine.h"
 #include "exec.h"
 #include "fsutil.h"
+#include "guest.h"
 #include "idrange.h"
 #include "landlock.h"
 #include "log.h"
@@ -256,22 +257,6 @@ static int mount_in_root(const char *fstype, const char *path, uint64_t attrs)
   return r;
 }
 
-/* A read-only recursive bind of path onto itself. */
-static int bind_ro(const char *path)
-{
-  struct mount_attr attr = { .attr_set = MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID |
-                                         MOUNT_ATTR_NODEV };
-  int t = (int) syscall(SYS_open_tree, AT_FDCWD, path,
-                        OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC | AT_RECURSIVE);
-  if (t < 0)
-    return -1;
-  if (syscall(SYS_mount_setattr, t, "", AT_EMPTY_PATH | AT_RECURSIVE, &attr,
-              sizeof attr) < 0) {
-    close(t);
-    return -1;
-  }
-  return attach(t, path);
-}
 
 /* Masks run inside the sandbox's root (after pivot_root), so no path can
  * lead out of it.  Files get /dev/null, directories an empty read-only
@@ -281,7 +266,7 @@ static void mask_paths(void)
   for (const char *const *p = readonly_paths; *p; p++) {
     struct stat st;
     if (lstat(*p, &st) == 0 && S_ISDIR(st.st_mode))
-      bind_ro(*p);
+      dsec_guest_bind_ro(*p);
   }
   for (size_t i = 0; masked_paths[i]; i++) {
     const char *p = masked_paths[i];
@@ -374,92 +359,19 @@ static void setup_dev(struct dev_trees *d, int sock)
                               MS_NOEXEC, NULL);
 }
 
-static void loopback_up(void)
-{
-  struct ifreq ifr = { 0 };
-  int s = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
-  if (s < 0)
-    return;
-  strcpy(ifr.ifr_name, "lo");
-  if (ioctl(s, SIOCGIFFLAGS, &ifr) == 0) {
-    ifr.ifr_flags |= IFF_UP | IFF_RUNNING;
-    ioctl(s, SIOCSIFFLAGS, &ifr);
-  }
-  close(s);
-}
 
-/* protect: readable, unchangeable (a read-only bind, recursive);
- * hide: covered by an empty read-only tmpfs (a directory) or an empty
- * read-only file.  Both run inside the sandbox's root. */
+/* protect and hide (guest.c), inside the sandbox's root; a failure of
+ * either ends the setup. */
 static void protect_and_hide(json_t *spec, int sock)
 {
-  json_t *v;
-  size_t i;
-
-  json_array_foreach(json_object_get(spec, "protect"), i, v)
-  {
-    const char *p = json_string_value(v);
-    struct stat st;
-    if (lstat(p, &st) < 0)
-      die_init_status(sock, DSEC_EXIT_INPUT, "protect: %s does not exist in "
-                                             "the sandbox", p);
-    /* a symbolic link on the way could be pointed elsewhere later (it is
-     * not the protected tree): the path must be the real one */
-    {
-      _cleanup_free_ char *a = xstrdup(p);
-      for (char *slash = a; slash;) {
-        struct stat ls;
-        slash = strchr(slash + 1, '/');
-        if (slash)
-          *slash = '\0';
-        if (lstat(a, &ls) == 0 && S_ISLNK(ls.st_mode)) {
-          errno = 0; /* no failed call to report */
-          die_init_status(sock, DSEC_EXIT_INPUT,
-                          "protect: %s runs through the symbolic link %s: "
-                          "protect the path it leads to", p, a);
-        }
-        if (slash)
-          *slash = '/';
-      }
-    }
-    /* Every directory above a protected path becomes a mount point (bound
-     * onto itself, still writable): the kernel refuses to rename or remove
-     * a mount point, so a parent cannot be moved away and replaced by a
-     * look-alike (rename, exchange), and links out of it cross mounts. */
-    {
-      _cleanup_free_ char *a = xstrdup(p);
-      for (char *slash = strchr(a + 1, '/'); slash; slash = strchr(slash + 1, '/')) {
-        *slash = '\0';
-        if (mount(a, a, NULL, MS_BIND | MS_REC, NULL) < 0)
-          die_init(sock, "cannot pin %s (a parent of %s)", a, p);
-        *slash = '/';
-      }
-    }
-    if (bind_ro(p) < 0)
-      die_init(sock, "cannot protect %s", p);
-  }
-  json_array_foreach(json_object_get(spec, "hide"), i, v)
-  {
-    const char *p = json_string_value(v);
-    struct stat st;
-    if (lstat(p, &st) < 0)
-      continue; /* nothing there to hide */
-    if (S_ISDIR(st.st_mode)) {
-      if (mount("tmpfs", p, "tmpfs", MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC,
-                "size=0,mode=000") < 0)
-        die_init(sock, "cannot hide %s", p);
-    } else {
-      /* an empty, unreadable, unwritable file in its place */
-      int fd = open("/dev/shm/.dsec-hidden", O_CREAT | O_RDONLY | O_CLOEXEC,
-                    0000);
-      if (fd >= 0)
-        close(fd);
-      if (mount("/dev/shm/.dsec-hidden", p, NULL, MS_BIND, NULL) < 0 ||
-          mount(NULL, p, NULL, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID |
-                                 MS_NODEV | MS_NOEXEC, NULL) < 0)
-        die_init(sock, "cannot hide %s", p);
-      unlink("/dev/shm/.dsec-hidden");
-    }
+  char why[4200];
+  bool bad = false;
+  if (dsec_guest_protect(json_object_get(spec, "protect"), why, sizeof why,
+                         &bad) < 0 ||
+      dsec_guest_hide(json_object_get(spec, "hide"), "/dev/shm", why,
+                      sizeof why) < 0) {
+    errno = 0; /* in the message */
+    die_init_status(sock, bad ? DSEC_EXIT_INPUT : DSEC_EXIT_FAILURE, "%s", why);
   }
 }
 
@@ -509,7 +421,7 @@ static void init_setup(struct init_ctx *c, json_t *spec)
 
   if (sethostname("dsec", 4) < 0)
     die_init(c->sock, "cannot set the host name");
-  loopback_up();
+  dsec_guest_loopback_up();
   if (c->fncall) {
     /* calls share nothing: the root is read-only, each call gets its own
      * /tmp and work dir */
@@ -669,48 +581,64 @@ static char **json_to_strv(json_t *a)
   return v;
 }
 
-static void init_exec_child(struct init_ctx *c, json_t *req, int *fds)
-{
-  const char *cwd = json_string_value(json_object_get(req, "cwd"));
-  char **argv = json_to_strv(json_object_get(req, "argv"));
-  char **envp = json_to_strv(json_object_get(req, "env"));
-  uid_t uid = (uid_t) json_integer_value(json_object_get(req, "uid"));
-  gid_t gid = (gid_t) json_integer_value(json_object_get(req, "gid"));
-  int life = -1;
-  sigset_t all;
+/* An exec's start in the sandbox (dsec_guest_exec), with the container's
+ * own steps: fncall calls and exclusive execs enter namespaces of their
+ * own and their Landlock domain; the privileges go with the seccomp
+ * filter; an exclusive exec then dies with its relay. */
+struct exec_run {
+  struct init_ctx *c;
+  uint64_t xid;
+  int life; /* the relay's pipe (call_enter), or -1 */
+};
 
-  sigemptyset(&all);
-  sigprocmask(SIG_SETMASK, &all, NULL);
-  for (int s = 1; s < NSIG; s++)
-    signal(s, SIG_DFL);
-  setsid();
-  if (dup2(fds[0], 0) < 0 || dup2(fds[1], 1) < 0 || dup2(fds[2], 2) < 0)
-    _exit(125);
-  /* everything inherited goes, but fd 3 (init's socket) until the filter's
-   * listener is handed over, just before execve */
-  syscall(SYS_close_range, 4U, ~0U, 0U);
-  if (c->fncall || c->exclusive) {
-    call_enter(c, cwd ? cwd : "/", &life);
-    fncall_landlock(c);
+static void exec_enter(void *ud, const char *cwd)
+{
+  struct exec_run *r = ud;
+  if (r->c->fncall || r->c->exclusive) {
+    call_enter(r->c, cwd, &r->life);
+    fncall_landlock(r->c);
   }
-  if (cwd && chdir(cwd) < 0) {
-    dprintf(2, "dsec: cannot enter %s: %s\n", cwd, strerror(errno));
-    _exit(126);
-  }
-  drop_privileges(c, uid, gid,
-                  (uint64_t) json_integer_value(json_object_get(req, "xid")));
-  if (life >= 0) {
+}
+
+static void exec_drop(void *ud, uid_t uid, gid_t gid)
+{
+  struct exec_run *r = ud;
+  drop_privileges(r->c, uid, gid, r->xid);
+}
+
+static void exec_last(void *ud)
+{
+  struct exec_run *r = ud;
+  if (r->life >= 0) {
     /* the parent-death signal goes with every change of credentials:
      * set now, then check the relay has not died already */
-    struct pollfd pf = { life, POLLIN, 0 };
+    struct pollfd pf = { r->life, POLLIN, 0 };
     if (prctl(PR_SET_PDEATHSIG, SIGKILL) < 0 || poll(&pf, 1, 0) != 0)
-      _exit(125);
-    close(life);
+      _exit(DSEC_EXIT_INTERNAL);
+    close(r->life);
   }
-  environ = envp;
-  execvp(argv[0], argv);
-  dprintf(2, "dsec: %s: %s\n", argv[0], strerror(errno));
-  _exit(errno == ENOENT || errno == ENOTDIR ? 127 : 126);
+}
+
+static void init_exec_child(struct init_ctx *c, json_t *req, int *fds)
+{
+  struct exec_run r = {
+    c, (uint64_t) json_integer_value(json_object_get(req, "xid")), -1
+  };
+  struct dsec_guest_exec x = {
+    .argv = json_to_strv(json_object_get(req, "argv")),
+    .envp = json_to_strv(json_object_get(req, "env")),
+    .cwd = json_string_value(json_object_get(req, "cwd")),
+    .uid = (uid_t) json_integer_value(json_object_get(req, "uid")),
+    .gid = (gid_t) json_integer_value(json_object_get(req, "gid")),
+    .fds = { fds[0], fds[1], fds[2] },
+    /* init's socket, until the filter's listener is handed over */
+    .keep = 3,
+    .enter = exec_enter,
+    .drop = exec_drop,
+    .last = exec_last,
+    .ud = &r,
+  };
+  dsec_guest_exec(&x);
 }
 
 struct init_job {
@@ -884,13 +812,6 @@ _Noreturn static void run_init(struct stage1_args *a)
     c.sock = 3;
     syscall(SYS_close_range, 4U, ~0U, 0U);
     fcntl(3, F_SETFD, FD_CLOEXEC);
-  }
-  {
-    /* no core dumps: a crashing program's memory stays in the sandbox
-     * (and no disk fills with them); the hard limit too, for good */
-    struct rlimit none = { 0, 0 };
-    if (setrlimit(RLIMIT_CORE, &none) < 0)
-      die_init(c.sock, "cannot set RLIMIT_CORE");
   }
   c.last_cap = last_cap();
   c.tmp_size = xstrdup("mode=1777,size=268435456");

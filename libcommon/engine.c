@@ -211,22 +211,14 @@ static void accept_clients(struct dsec_engine *e, void *p, uint32_t events)
 static void capture_add(struct dsec_job *j, struct dsec_capture *c,
                         const char *buf, size_t n)
 {
-  uint64_t cap = j->cap;
-  if (c->len < cap) {
-    size_t keep = n;
-    if (c->len + keep > cap)
-      keep = (size_t) (cap - c->len);
-    c->data = xrealloc(c->data, c->len + keep + 1);
-    memcpy(c->data + c->len, buf, keep);
-    c->len += keep;
-  }
-  if (j->stream && j->cl && c->total < cap) {
-    size_t send = (uint64_t) n < cap - c->total ? n : (size_t) (cap - c->total);
+  uint64_t before = c->k.total;
+  dsec_guest_capture_add(&c->k, buf, n, (size_t) j->cap);
+  if (j->stream && j->cl && before < j->cap) {
+    size_t send = (uint64_t) n < j->cap - before ? n : (size_t) (j->cap - before);
     json_t *m = dsec_exec_output(c->name, buf, send);
     client_write(j->cl, m);
     json_decref(m);
   }
-  c->total += (uint64_t) n;
 }
 
 static void capture_read(struct dsec_capture *c)
@@ -308,8 +300,8 @@ void dsec_job_output(struct dsec_engine *e, struct dsec_job *j, int stream,
   struct dsec_capture *c = stream == 2 ? &j->err : &j->out;
   (void) e;
   capture_add(j, c, buf, len);
-  if (total > c->total)
-    c->total = total;
+  if (total > c->k.total)
+    c->k.total = total;
 }
 
 static void job_free(struct dsec_engine *e, struct dsec_job *j)
@@ -324,11 +316,11 @@ static void job_free(struct dsec_engine *e, struct dsec_job *j)
     close(j->in_fd);
   j->out.fd = j->err.fd = j->in_fd = -1;
   j->out.w.dead = j->err.w.dead = j->w_in.dead = true;
-  free(j->out.data);
-  free(j->err.data);
+  free(j->out.k.data);
+  free(j->err.k.data);
   free(j->stdin_data);
   json_decref(j->req);
-  j->out.data = j->err.data = j->stdin_data = NULL;
+  j->out.k.data = j->err.k.data = j->stdin_data = NULL;
   j->req = NULL;
   dsec_engine_bury(e, j);
 }
@@ -349,8 +341,9 @@ void dsec_job_finish(struct dsec_engine *e, struct dsec_job *j,
     sig = WTERMSIG(end->status), code = 128 + sig;
   else
     code = WEXITSTATUS(end->status);
-  res = dsec_exec_result(e->id, j->seq, code, sig, j->out.data, j->out.len,
-                         j->out.total, j->err.data, j->err.len, j->err.total,
+  res = dsec_exec_result(e->id, j->seq, code, sig, j->out.k.data, j->out.k.len,
+                         j->out.k.total, j->err.k.data, j->err.k.len,
+                         j->err.k.total,
                          j->timed_out, end->oom && sig == SIGKILL,
                          now_ms() - j->start);
   if (end->error)
@@ -368,7 +361,7 @@ void dsec_job_finish(struct dsec_engine *e, struct dsec_job *j,
     }
   }
   dsec_exec_events(e->audit, j->req, res,
-                   j->out.total - j->out.len + j->err.total - j->err.len);
+                   j->out.k.total - j->out.k.len + j->err.k.total - j->err.k.len);
   if (e->ops->exec_done)
     e->ops->exec_done(e, j, res);
   client_write(j->cl, res);

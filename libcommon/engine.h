@@ -28,6 +28,7 @@
 #include "audit.h"
 #include "ctl.h"
 #include "exec.h"
+#include "guest.h"
 #include "json.h"
 #include "proxy.h"
 #include "spec.h"
@@ -59,9 +60,7 @@ struct dsec_watch {
 
 /* One output stream of an exec: what the cap keeps, and the count. */
 struct dsec_capture {
-  char *data;
-  size_t len;
-  uint64_t total;
+  struct dsec_guest_capture k;
   int fd;                 /* a pipe the engine reads, or -1 */
   struct dsec_watch w;
   struct dsec_job *job;

@@ -1882,13 +1882,14 @@ _Noreturn void dsec_vm_supervisor_main(struct dsec_container_opts *o)
     }
     vm_fail(v, err);
   }
-  if (json_array_size(json_object_get(ready, "missing"))) {
-    /* as in a container: a path to protect that is not there is the
-     * spec's mistake, not something to skip */
-    dsec_bad_input(&err, "protect: %s does not exist in the sandbox",
-                   json_string_value(json_array_get(json_object_get(ready,
-                                                                    "missing"),
-                                                    0)));
+  if (json_object_get(ready, "error")) {
+    /* as in a container: protect or hide could not be made (a path to
+     * protect that is not there is the spec's mistake) */
+    json_int_t st = json_integer_value(json_object_get(ready, "status"));
+    dsec_error_set(&err, st == DSEC_EXIT_INPUT ? DSEC_EXIT_INPUT
+                                               : DSEC_EXIT_FAILURE,
+                   0, "sandbox setup: %s",
+                   json_string_value(json_object_get(ready, "error")));
     json_decref(ready);
     vm_fail(v, err);
   }

@@ -63,6 +63,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "guest.h"
 #include "netmux.h"
 
 #define PORT_NAME "dsec.agent"
@@ -261,64 +262,26 @@ static void mkdirs(const char *path, mode_t mode)
   mkdir(buf, mode);
 }
 
-static void loopback_up(void)
-{
-  struct ifreq ifr = { 0 };
-  int fd = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
-  if (fd < 0)
-    return;
-  strcpy(ifr.ifr_name, "lo");
-  if (ioctl(fd, SIOCGIFFLAGS, &ifr) == 0) {
-    ifr.ifr_flags |= IFF_UP | IFF_RUNNING;
-    ioctl(fd, SIOCSIFFLAGS, &ifr);
-  }
-  close(fd);
-}
 
-/* protect: read-only binds; hide: an empty read-only tmpfs (directories)
- * or an unreadable empty file.  Execs lose CAP_SYS_ADMIN when either is
- * asked for, so the guest's root cannot simply unmount them. */
+/* protect and hide (guest.c, as in a container).  Execs lose
+ * CAP_SYS_ADMIN and the rest of last_caps_drop when either is asked for,
+ * so the guest's root cannot simply unmount them.  A failure of either
+ * fails the setup: "ready" carries the error and the host ends the VM. */
 static bool restricted;
-static json_t *missing; /* protect paths that are not there */
+static char setup_error[4200];
+static bool setup_bad_input;
 
 static void protect_and_hide(json_t *setup)
 {
-  json_t *v;
-  size_t i;
-  missing = json_array();
-  json_array_foreach(json_object_get(setup, "protect"), i, v)
-  {
-    const char *p = json_string_value(v);
-    struct stat st;
-    restricted = true;
-    if (p && lstat(p, &st) < 0) {
-      json_array_append_new(missing, json_string(p));
-      continue;
-    }
-    if (!p || mount(p, p, NULL, MS_BIND | MS_REC, NULL) < 0 ||
-        mount(NULL, p, NULL, MS_REMOUNT | MS_BIND | MS_RDONLY, NULL) < 0)
-      logmsg("cannot protect %s: %s", p ? p : "?", strerror(errno));
-  }
-  json_array_foreach(json_object_get(setup, "hide"), i, v)
-  {
-    const char *p = json_string_value(v);
-    struct stat st;
-    restricted = true;
-    if (!p || lstat(p, &st) < 0)
-      continue;
-    if (S_ISDIR(st.st_mode)) {
-      if (mount("tmpfs", p, "tmpfs", MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC,
-                "size=0,mode=000") < 0)
-        logmsg("cannot hide %s: %s", p, strerror(errno));
-    } else {
-      int fd = open("/run/.dsec-hidden", O_CREAT | O_RDONLY | O_CLOEXEC, 0);
-      if (fd >= 0)
-        close(fd);
-      if (mount("/run/.dsec-hidden", p, NULL, MS_BIND, NULL) < 0 ||
-          mount(NULL, p, NULL, MS_REMOUNT | MS_BIND | MS_RDONLY, NULL) < 0)
-        logmsg("cannot hide %s: %s", p, strerror(errno));
-    }
-  }
+  json_t *protect = json_object_get(setup, "protect");
+  json_t *hide = json_object_get(setup, "hide");
+  restricted = json_array_size(protect) > 0 || json_array_size(hide) > 0;
+  if (dsec_guest_protect(protect, setup_error, sizeof setup_error,
+                         &setup_bad_input) < 0 ||
+      dsec_guest_hide(hide, "/run", setup_error, sizeof setup_error) < 0)
+    logmsg("%s", setup_error);
+  else
+    setup_error[0] = '\0';
 }
 
 /* The device nodes a command has no business with go from /dev: the
@@ -432,7 +395,7 @@ static void setup_root(json_t *setup)
   hide_devices();
   if (sethostname("dsec", 4) < 0)
     logmsg("cannot set the host name: %s", strerror(errno));
-  loopback_up();
+  dsec_guest_loopback_up();
 }
 
 /* ---- proxy mode: the guest's 127.0.0.1:3128 is relayed, connection by
@@ -513,9 +476,8 @@ static void send_msg(json_t *m, const char *a, size_t alen, const char *b,
 
 struct capture {
   int fd;
-  char *data;
-  size_t len, cap;
-  uint64_t total;
+  size_t cap;
+  struct dsec_guest_capture k; /* what is kept, and the count */
 };
 
 struct job {
@@ -565,27 +527,11 @@ static char **strv(json_t *a)
   return v;
 }
 
-static _Noreturn void exec_child(json_t *req, int in, int out, int err)
+/* What an exec loses besides its user: with protect or hide, the
+ * capabilities that would undo them (last_caps_drop). */
+static void exec_drop(void *ud, uid_t uid, gid_t gid)
 {
-  const char *cwd = json_string_value(json_object_get(req, "cwd"));
-  char **argv = strv(json_object_get(req, "argv"));
-  char **envp = strv(json_object_get(req, "env"));
-  uid_t uid = (uid_t) json_integer_value(json_object_get(req, "uid"));
-  gid_t gid = (gid_t) json_integer_value(json_object_get(req, "gid"));
-  sigset_t none;
-
-  sigemptyset(&none);
-  sigprocmask(SIG_SETMASK, &none, NULL);
-  setsid();
-  if (dup2(in, 0) < 0 || dup2(out, 1) < 0 || dup2(err, 2) < 0)
-    _exit(125);
-  syscall(SYS_close_range, 3U, ~0U, 0U);
-  if (!argv || !envp || !argv[0])
-    _exit(125);
-  if (cwd && chdir(cwd) < 0) {
-    dprintf(2, "dsec: cannot enter %s: %s\n", cwd, strerror(errno));
-    _exit(126);
-  }
+  (void) ud;
   if (restricted)
     for (size_t i = 0; i < sizeof last_caps_drop / sizeof *last_caps_drop; i++)
       prctl(PR_CAPBSET_DROP, last_caps_drop[i], 0, 0, 0);
@@ -595,10 +541,21 @@ static _Noreturn void exec_child(json_t *req, int in, int out, int err)
             strerror(errno));
     _exit(125);
   }
-  environ = envp;
-  execvp(argv[0], argv);
-  dprintf(2, "dsec: %s: %s\n", argv[0], strerror(errno));
-  _exit(errno == ENOENT || errno == ENOTDIR ? 127 : 126);
+}
+
+static _Noreturn void exec_child(json_t *req, int in, int out, int err)
+{
+  struct dsec_guest_exec x = {
+    .argv = strv(json_object_get(req, "argv")),
+    .envp = strv(json_object_get(req, "env")),
+    .cwd = json_string_value(json_object_get(req, "cwd")),
+    .uid = (uid_t) json_integer_value(json_object_get(req, "uid")),
+    .gid = (gid_t) json_integer_value(json_object_get(req, "gid")),
+    .fds = { in, out, err },
+    .keep = -1,
+    .drop = exec_drop,
+  };
+  dsec_guest_exec(&x);
 }
 
 static void job_start(json_t *req, const char *stdin_buf, size_t stdin_len)
@@ -672,16 +629,7 @@ static void capture_read(struct capture *c)
       c->fd = -1;
       return;
     }
-    c->total += (uint64_t) n;
-    if (c->len < c->cap) {
-      size_t keep = (size_t) n < c->cap - c->len ? (size_t) n : c->cap - c->len;
-      if (!c->data)
-        c->data = malloc(c->cap);
-      if (c->data) {
-        memcpy(c->data + c->len, buf, keep);
-        c->len += keep;
-      }
-    }
+    dsec_guest_capture_add(&c->k, buf, (size_t) n, c->cap);
   }
 }
 
@@ -696,10 +644,10 @@ static void job_finish(struct job *j)
   m = json_pack("{s:s, s:I, s:i, s:b, s:b, s:I, s:I, s:I, s:I}", "op",
                 "result", "id", j->id, "status", j->status, "timed_out",
                 j->timed_out, "oom_killed", oom, "stdout_total",
-                (json_int_t) j->out.total, "stderr_total",
-                (json_int_t) j->err.total, "stdout_len",
-                (json_int_t) j->out.len, "stderr_len", (json_int_t) j->err.len);
-  send_msg(m, j->out.data, j->out.len, j->err.data, j->err.len);
+                (json_int_t) j->out.k.total, "stderr_total",
+                (json_int_t) j->err.k.total, "stdout_len",
+                (json_int_t) j->out.k.len, "stderr_len", (json_int_t) j->err.k.len);
+  send_msg(m, j->out.k.data, j->out.k.len, j->err.k.data, j->err.k.len);
   if (j->out.fd >= 0)
     close(j->out.fd);
   if (j->err.fd >= 0)
@@ -711,8 +659,8 @@ static void job_finish(struct job *j)
       *p = j->next;
       break;
     }
-  free(j->out.data);
-  free(j->err.data);
+  free(j->out.k.data);
+  free(j->err.k.data);
   free(j->in);
   free(j);
 }
@@ -1516,9 +1464,15 @@ int main(void)
   }
   json_decref(setup);
   uname(&u);
-  send_msg(json_pack("{s:s, s:s, s:o}", "op", "ready", "kernel", u.release,
-                     "missing", missing ? missing : json_array()),
-           NULL, 0, NULL, 0);
+  {
+    json_t *m = json_pack("{s:s, s:s}", "op", "ready", "kernel", u.release);
+    if (setup_error[0]) {
+      /* the host ends the VM: this sandbox is not what was asked for */
+      json_object_set_new(m, "error", json_string(setup_error));
+      json_object_set_new(m, "status", json_integer(setup_bad_input ? 3 : 1));
+    }
+    send_msg(m, NULL, 0, NULL, 0);
+  }
   serve();
   return 0;
 }

@@ -1,0 +1,225 @@
+/* The guest side shared by the container's init and dsec-agent: see
+ * guest.h.  libc and jansson only (dsec-agent is static). */
+#define _GNU_SOURCE
+#include "guest.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <grp.h>
+#include <linux/mount.h>
+#include <net/if.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/ioctl.h>
+#include <sys/mount.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include "exitcodes.h"
+
+extern char **environ;
+
+static int say(char *why, size_t len, const char *fmt, ...)
+  __attribute__((format(printf, 3, 4)));
+static int say(char *why, size_t len, const char *fmt, ...)
+{
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(why, len, fmt, ap);
+  va_end(ap);
+  return -1;
+}
+
+int dsec_guest_bind_ro(const char *path)
+{
+  struct mount_attr attr = { .attr_set = MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID |
+                                         MOUNT_ATTR_NODEV };
+  int t = (int) syscall(SYS_open_tree, AT_FDCWD, path,
+                        OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC | AT_RECURSIVE);
+  int r;
+  if (t < 0)
+    return -1;
+  r = (int) syscall(SYS_mount_setattr, t, "", AT_EMPTY_PATH | AT_RECURSIVE,
+                    &attr, sizeof attr);
+  if (r == 0)
+    r = (int) syscall(SYS_move_mount, t, "", AT_FDCWD, path,
+                      MOVE_MOUNT_F_EMPTY_PATH);
+  close(t);
+  return r;
+}
+
+int dsec_guest_protect(json_t *protect, char *why, size_t len,
+                       bool *bad_input)
+{
+  json_t *v;
+  size_t i;
+
+  *bad_input = false;
+  json_array_foreach(protect, i, v)
+  {
+    const char *p = json_string_value(v);
+    char a[4096];
+    struct stat st;
+
+    if (!p || *p != '/' || strlen(p) >= sizeof a) {
+      *bad_input = true;
+      return say(why, len, "protect: invalid path");
+    }
+    if (lstat(p, &st) < 0) {
+      *bad_input = true;
+      return say(why, len, "protect: %s does not exist in the sandbox", p);
+    }
+    /* a symbolic link on the way could be pointed elsewhere later (it is
+     * not the protected tree): the path must be the real one.  Every
+     * directory above it becomes a mount point (bound onto itself, still
+     * writable). */
+    snprintf(a, sizeof a, "%s", p);
+    for (char *slash = a; slash;) {
+      struct stat ls;
+      slash = strchr(slash + 1, '/');
+      if (slash)
+        *slash = '\0';
+      if (lstat(a, &ls) == 0 && S_ISLNK(ls.st_mode)) {
+        *bad_input = true;
+        return say(why, len, "protect: %s runs through the symbolic link %s: "
+                             "protect the path it leads to", p, a);
+      }
+      if (slash) {
+        if (mount(a, a, NULL, MS_BIND | MS_REC, NULL) < 0)
+          return say(why, len, "cannot pin %s (a parent of %s): %s", a, p,
+                     strerror(errno));
+        *slash = '/';
+      }
+    }
+    if (dsec_guest_bind_ro(p) < 0)
+      return say(why, len, "cannot protect %s: %s", p, strerror(errno));
+  }
+  return 0;
+}
+
+int dsec_guest_hide(json_t *hide, const char *scratch, char *why, size_t len)
+{
+  char empty[4096];
+  json_t *v;
+  size_t i;
+
+  snprintf(empty, sizeof empty, "%s/.dsec-hidden", scratch);
+  json_array_foreach(hide, i, v)
+  {
+    const char *p = json_string_value(v);
+    struct stat st;
+    if (!p || lstat(p, &st) < 0)
+      continue; /* nothing there to hide */
+    if (S_ISDIR(st.st_mode)) {
+      if (mount("tmpfs", p, "tmpfs", MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC,
+                "size=0,mode=000") < 0)
+        return say(why, len, "cannot hide %s: %s", p, strerror(errno));
+    } else {
+      /* an empty, unreadable, unwritable file in its place */
+      int fd = open(empty, O_CREAT | O_RDONLY | O_CLOEXEC | O_NOFOLLOW, 0000);
+      int e;
+      if (fd >= 0)
+        close(fd);
+      if (mount(empty, p, NULL, MS_BIND, NULL) < 0 ||
+          mount(NULL, p, NULL, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID |
+                                 MS_NODEV | MS_NOEXEC, NULL) < 0) {
+        e = errno;
+        unlink(empty);
+        return say(why, len, "cannot hide %s: %s", p, strerror(e));
+      }
+      unlink(empty);
+    }
+  }
+  return 0;
+}
+
+void dsec_guest_loopback_up(void)
+{
+  struct ifreq ifr;
+  int s = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+  if (s < 0)
+    return;
+  memset(&ifr, 0, sizeof ifr);
+  strcpy(ifr.ifr_name, "lo");
+  if (ioctl(s, SIOCGIFFLAGS, &ifr) == 0) {
+    ifr.ifr_flags |= IFF_UP | IFF_RUNNING;
+    ioctl(s, SIOCSIFFLAGS, &ifr);
+  }
+  close(s);
+}
+
+_Noreturn void dsec_guest_exec(const struct dsec_guest_exec *x)
+{
+  struct rlimit none = { 0, 0 };
+  sigset_t all;
+
+  /* the command's signals as a fresh program expects them */
+  sigemptyset(&all);
+  sigprocmask(SIG_SETMASK, &all, NULL);
+  for (int s = 1; s < NSIG; s++)
+    signal(s, SIG_DFL);
+  setsid();
+  /* no core dumps: a crashing program's memory stays in the sandbox (and
+   * no disk fills with them); the hard limit too, for good */
+  if (setrlimit(RLIMIT_CORE, &none) < 0)
+    _exit(DSEC_EXIT_INTERNAL);
+  if (dup2(x->fds[0], 0) < 0 || dup2(x->fds[1], 1) < 0 ||
+      dup2(x->fds[2], 2) < 0)
+    _exit(DSEC_EXIT_INTERNAL);
+  /* everything inherited goes, but the backend's channel at 3 */
+  if (x->keep >= 0) {
+    if (x->keep != 3 && dup2(x->keep, 3) < 0)
+      _exit(DSEC_EXIT_INTERNAL);
+    syscall(SYS_close_range, 4U, ~0U, 0U);
+  } else
+    syscall(SYS_close_range, 3U, ~0U, 0U);
+  if (!x->argv || !x->argv[0] || !x->envp)
+    _exit(DSEC_EXIT_INTERNAL);
+  if (x->enter)
+    x->enter(x->ud, x->cwd ? x->cwd : "/");
+  if (x->cwd && chdir(x->cwd) < 0) {
+    dprintf(2, "dsec: cannot enter %s: %s\n", x->cwd, strerror(errno));
+    _exit(DSEC_EXIT_CANNOT_EXEC);
+  }
+  if (x->drop)
+    x->drop(x->ud, x->uid, x->gid);
+  else if (setgroups(0, NULL) < 0 || setresgid(x->gid, x->gid, x->gid) < 0 ||
+           setresuid(x->uid, x->uid, x->uid) < 0) {
+    dprintf(2, "dsec: cannot switch to user %u:%u: %s\n", x->uid, x->gid,
+            strerror(errno));
+    _exit(DSEC_EXIT_INTERNAL);
+  }
+  if (x->last)
+    x->last(x->ud);
+  environ = (char **) x->envp;
+  execvp(x->argv[0], x->argv);
+  dprintf(2, "dsec: %s: %s\n", x->argv[0], strerror(errno));
+  _exit(errno == ENOENT || errno == ENOTDIR ? DSEC_EXIT_NOT_FOUND
+                                            : DSEC_EXIT_CANNOT_EXEC);
+}
+
+size_t dsec_guest_capture_add(struct dsec_guest_capture *c, const char *buf,
+                              size_t n, size_t cap)
+{
+  size_t keep = 0;
+  if (c->len < cap) {
+    char *d;
+    keep = n < cap - c->len ? n : cap - c->len;
+    d = realloc(c->data, c->len + keep + 1);
+    if (!d)
+      keep = 0; /* counted, not kept */
+    else {
+      c->data = d;
+      memcpy(c->data + c->len, buf, keep);
+      c->len += keep;
+    }
+  }
+  c->total += n;
+  return keep;
+}
