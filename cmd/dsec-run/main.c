@@ -1,9 +1,11 @@
-/* dsec-run: the function-call and container backends. */
+/* dsec-run: the front end for the four backends (fncall and container
+ * itself, microvm and vm with dsec-vm's code). */
 #include <config.h>
 
-#include "runcmd.h"
+#include "front.h"
 
 int main(int argc, char **argv)
 {
-  return dsec_runcmd_main(argc, argv, false);
+  static const struct dsec_front front = { "container", false };
+  return dsec_front_main(argc, argv, &front);
 }

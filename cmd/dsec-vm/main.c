@@ -1,9 +1,11 @@
-/* dsec-vm: the microVM and full-VM backends, behind dsec-run's verbs. */
+/* dsec-vm: the microVM and full-VM backends, behind dsec-run's verbs, for
+ * people who work with VMs alone. */
 #include <config.h>
 
-#include "runcmd.h"
+#include "../dsec-run/front.h"
 
 int main(int argc, char **argv)
 {
-  return dsec_runcmd_main(argc, argv, true);
+  static const struct dsec_front front = { "microvm", true };
+  return dsec_front_main(argc, argv, &front);
 }

@@ -1,6 +1,6 @@
 #include <config.h>
 
-#include "runcmd.h"
+#include "front.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -69,6 +69,7 @@ enum {
   OPT_COUNT,
   OPT_SIZE,
   OPT_EXCLUSIVE,
+  OPT_END,
 };
 
 static const struct option long_options[] = {
@@ -110,10 +111,7 @@ static const struct option long_options[] = {
   { NULL, 0, NULL, 0 },
 };
 
-/* dsec-vm serves microvm and vm, dsec-run fncall and container. */
-static bool vm_front;
-
-static void help(void)
+static void help(const struct dsec_front *front)
 {
   const char *p = dsec_log_prog();
   printf("Usage: %s COMMAND [OPTION]... [ARG]...\n"
@@ -199,7 +197,7 @@ static void help(void)
          "pass the\ncommand's status through (128+N for signal N), with 124 "
          "timed out, 125 dsec\nfailed, 126 cannot execute, 127 not found.\n",
          p,
-         vm_front
+         front->vm_only
            ? "  suspend ID                           the whole VM to a file, "
              "QEMU ends\n"
              "  resume ID                            restore it, processes "
@@ -209,11 +207,15 @@ static void help(void)
              "                                       and free everything)\n"
              "  resume ID                            thaw, or boot from the "
              "checkpoint\n",
-         vm_front ? "microvm (default) or vm" : "container (default) or fncall");
+         front->vm_only ? "microvm (default) or vm"
+                        : "container (default), fncall, microvm or vm");
 }
 
+struct verb;
+
 struct opts {
-  const char *verb;
+  const struct dsec_front *front;
+  const struct verb *verb;
   json_t *spec;        /* flags as a spec fragment */
   const char *spec_file;
   json_t *exec;        /* exec request fields from flags */
@@ -251,55 +253,31 @@ static int parse_kv(const char *arg, const char *opt, char **k, char **v)
   return 0;
 }
 
-static const char *const verbs[] = { "create",  "exec",       "run",
-                                     "ps",      "inspect",    "events",
-                                     "rm",      "kill",       "trajectory",
-                                     "checkpoint", "suspend", "resume",
-                                     "fork",    "serve",      "pool",
-                                     NULL };
+/* The options of a verb, a bit per OPT_* code. */
+#define O(x) (1ULL << ((x) - OPT_SPEC))
+#define CREATE_OPTS                                                          \
+  (O(OPT_SPEC) | O(OPT_IMAGE) | O(OPT_LAYER) | O(OPT_BACKEND) |              \
+   O(OPT_CPUS) | O(OPT_MEMORY) | O(OPT_PIDS) | O(OPT_DISK) | O(OPT_MOUNT) |  \
+   O(OPT_PROTECT) | O(OPT_HIDE) | O(OPT_USER) | O(OPT_TTL) |                 \
+   O(OPT_IDLE_TIMEOUT) | O(OPT_PMEM) | O(OPT_LABEL) | O(OPT_ENV) |           \
+   O(OPT_WORKDIR))
+#define EXEC_OPTS                                                            \
+  (O(OPT_TIMEOUT) | O(OPT_MAX_OUTPUT) | O(OPT_STDIN) | O(OPT_SEQ))
 
-/* Which verbs an option belongs to. */
-static bool option_ok(const char *verb, int opt)
-{
-  bool create = strcmp(verb, "create") == 0 || strcmp(verb, "run") == 0 ||
-                strcmp(verb, "pool") == 0;
-  switch (opt) {
-  case OPT_SPEC: case OPT_IMAGE: case OPT_LAYER: case OPT_BACKEND:
-  case OPT_CPUS: case OPT_MEMORY: case OPT_PIDS: case OPT_DISK:
-  case OPT_MOUNT: case OPT_PROTECT: case OPT_HIDE: case OPT_USER:
-  case OPT_TTL: case OPT_IDLE_TIMEOUT: case OPT_PMEM:
-    return create;
-  case OPT_NAME:
-    return (create && strcmp(verb, "pool") != 0) ||
-           strcmp(verb, "checkpoint") == 0;
-  case OPT_RELEASE:
-    return strcmp(verb, "suspend") == 0;
-  case OPT_COUNT:
-    return strcmp(verb, "fork") == 0;
-  case OPT_SIZE:
-    return strcmp(verb, "pool") == 0;
-  case OPT_LABEL:
-    return create || strcmp(verb, "ps") == 0;
-  case OPT_ENV: case OPT_WORKDIR:
-    return create || strcmp(verb, "exec") == 0;
-  case OPT_TIMEOUT: case OPT_MAX_OUTPUT: case OPT_STDIN: case OPT_SEQ:
-    return strcmp(verb, "run") == 0 || strcmp(verb, "exec") == 0;
-  case OPT_EXCLUSIVE:
-    return strcmp(verb, "exec") == 0;
-  case OPT_REQUESTS:
-    return strcmp(verb, "exec") == 0;
-  case OPT_RM: case OPT_ATTACH: case OPT_RESULT:
-    return strcmp(verb, "run") == 0;
-  case OPT_ALL:
-    return strcmp(verb, "ps") == 0;
-  case OPT_FORCE:
-    return strcmp(verb, "rm") == 0;
-  case OPT_FOLLOW:
-    return strcmp(verb, "events") == 0 || strcmp(verb, "trajectory") == 0;
-  default:
-    return true;
-  }
-}
+/* A verb: its handler, the options it takes, how many sandbox ids (or
+ * other arguments) and whether a command follows "--".  *status is the
+ * exit status of a verb that passes a command's through (exec, run). */
+struct verb {
+  const char *name;
+  int (*run)(struct opts *o, int *status, struct dsec_error **err);
+  uint64_t options;
+  int min_args, max_args; /* max -1: any number */
+  enum { NO_CMD, MAY_CMD, NEEDS_CMD } cmd;
+  bool passes_status;
+  const char *args_usage; /* for a wrong count */
+};
+
+static const struct verb *find_verb(const char *name);
 
 static int parse(int argc, char **argv, struct opts *o, bool *exit_now)
 {
@@ -310,7 +288,7 @@ static int parse(int argc, char **argv, struct opts *o, bool *exit_now)
   while (first < argc && argv[first][0] == '-' && strcmp(argv[first], "--")) {
     const char *a = argv[first];
     if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
-      help();
+      help(o->front);
       *exit_now = true;
       return 0;
     }
@@ -333,14 +311,9 @@ static int parse(int argc, char **argv, struct opts *o, bool *exit_now)
   }
   if (first >= argc)
     return dsec_usage_error("missing COMMAND");
-  o->verb = argv[first];
-  {
-    bool known = false;
-    for (const char *const *v = verbs; *v; v++)
-      known |= strcmp(*v, o->verb) == 0;
-    if (!known)
-      return dsec_usage_error("unknown command `%s`", o->verb);
-  }
+  o->verb = find_verb(argv[first]);
+  if (!o->verb)
+    return dsec_usage_error("unknown command `%s`", argv[first]);
 
   o->spec = json_object();
   o->exec = json_object();
@@ -360,18 +333,23 @@ static int parse(int argc, char **argv, struct opts *o, bool *exit_now)
   optind = first + 1;
   while ((opt = getopt_long(argc, argv, "h", long_options, NULL)) != -1) {
     char *k = NULL, *v = NULL;
-    if (dsec_cli_common_option(opt, optarg, help, exit_now, &status)) {
+    if (opt == 'h') {
+      help(o->front);
+      *exit_now = true;
+      return 0;
+    }
+    if (dsec_cli_common_option(opt, optarg, NULL, exit_now, &status)) {
       if (*exit_now)
         return status;
       continue;
     }
     if (opt == '?')
       return DSEC_EXIT_USAGE;
-    if (!option_ok(o->verb, opt)) {
+    if (opt >= OPT_SPEC && opt < OPT_END && !(o->verb->options & O(opt))) {
       for (const struct option *lo = long_options; lo->name; lo++)
         if (lo->val == opt)
-          return dsec_usage_error("%s: option --%s does not apply", o->verb,
-                                  lo->name);
+          return dsec_usage_error("%s: option --%s does not apply",
+                                  o->verb->name, lo->name);
     }
     switch (opt) {
     case OPT_SPEC:
@@ -426,7 +404,7 @@ static int parse(int argc, char **argv, struct opts *o, bool *exit_now)
     case OPT_ENV:
       if (parse_kv(optarg, "env", &k, &v))
         return DSEC_EXIT_USAGE;
-      if (strcmp(o->verb, "exec") == 0) {
+      if (strcmp(o->verb->name, "exec") == 0) {
         json_t *env = json_object_get(o->exec, "env");
         if (!env)
           json_object_set_new(o->exec, "env", env = json_object());
@@ -441,7 +419,7 @@ static int parse(int argc, char **argv, struct opts *o, bool *exit_now)
       free(v);
       break;
     case OPT_WORKDIR:
-      if (strcmp(o->verb, "exec") == 0)
+      if (strcmp(o->verb->name, "exec") == 0)
         json_object_set_new(o->exec, "workdir", json_string(optarg));
       else
         dsec_spec_set(o->spec, "workdir", json_string(optarg));
@@ -452,7 +430,7 @@ static int parse(int argc, char **argv, struct opts *o, bool *exit_now)
     case OPT_LABEL:
       if (parse_kv(optarg, "label", &k, &v))
         return DSEC_EXIT_USAGE;
-      if (strcmp(o->verb, "ps") == 0)
+      if (strcmp(o->verb->name, "ps") == 0)
         json_object_set_new(o->label_filter, k, json_string(v));
       else {
         json_t *l = json_object_get(o->spec, "labels");
@@ -472,7 +450,7 @@ static int parse(int argc, char **argv, struct opts *o, bool *exit_now)
         return DSEC_EXIT_USAGE;
       break;
     case OPT_NAME:
-      if (strcmp(o->verb, "checkpoint") == 0)
+      if (strcmp(o->verb->name, "checkpoint") == 0)
         o->layer_name = optarg;
       else
         dsec_spec_set(o->spec, "name", json_string(optarg));
@@ -547,43 +525,23 @@ static int parse(int argc, char **argv, struct opts *o, bool *exit_now)
   o->args = argv + optind;
   o->nargs = argc - optind;
   /* every combination is checked before any work */
-  if (strcmp(o->verb, "create") == 0 && (o->nargs || o->cmd))
-    return dsec_usage_error("create takes no arguments");
-  if (strcmp(o->verb, "run") == 0 && (o->nargs || o->ncmd == 0))
-    return dsec_usage_error("run: give the command after --");
-  if (strcmp(o->verb, "exec") == 0) {
-    if (o->nargs != 1)
-      return dsec_usage_error("exec: give one sandbox ID");
+  if (o->nargs < o->verb->min_args ||
+      (o->verb->max_args >= 0 && o->nargs > o->verb->max_args))
+    return dsec_usage_error("%s", o->verb->args_usage);
+  if (o->cmd && o->verb->cmd == NO_CMD)
+    return dsec_usage_error("%s takes no command", o->verb->name);
+  if (o->verb->cmd == NEEDS_CMD && o->ncmd == 0)
+    return dsec_usage_error("%s: give the command after --", o->verb->name);
+  if (strcmp(o->verb->name, "exec") == 0) {
     if (!o->requests == (o->ncmd == 0))
       return dsec_usage_error("exec: give either -- CMD... or --requests");
     if (o->requests && (json_object_size(o->exec) || o->stdin_file))
       return dsec_usage_error("exec: --requests carries its own fields");
   }
-  if ((strcmp(o->verb, "inspect") == 0 || strcmp(o->verb, "events") == 0 ||
-       strcmp(o->verb, "trajectory") == 0) &&
-      o->nargs != 1)
-    return dsec_usage_error("%s: give one sandbox ID", o->verb);
-  if (strcmp(o->verb, "rm") == 0 && o->nargs < 1)
-    return dsec_usage_error("rm: give at least one sandbox ID");
-  if (strcmp(o->verb, "kill") == 0 && (o->nargs < 1 || o->nargs > 2))
-    return dsec_usage_error("kill: give ID [SIGNAL]");
-  if (strcmp(o->verb, "ps") == 0 && o->nargs)
-    return dsec_usage_error("ps takes no arguments");
-  if ((strcmp(o->verb, "checkpoint") == 0 || strcmp(o->verb, "suspend") == 0 ||
-       strcmp(o->verb, "resume") == 0 || strcmp(o->verb, "fork") == 0) &&
-      o->nargs != 1)
-    return dsec_usage_error("%s: give one sandbox ID", o->verb);
-  if (strcmp(o->verb, "fork") == 0 && o->count == 0)
+  if (strcmp(o->verb->name, "fork") == 0 && o->count == 0)
     o->count = 1;
-  if (strcmp(o->verb, "pool") == 0 && (o->nargs || o->cmd))
-    return dsec_usage_error("pool takes no arguments");
-  if (strcmp(o->verb, "pool") == 0 && o->count == 0)
+  if (strcmp(o->verb->name, "pool") == 0 && o->count == 0)
     o->count = 4;
-  if (strcmp(o->verb, "serve") == 0 && o->nargs)
-    return dsec_usage_error("serve takes no arguments (requests come on "
-                            "standard input)");
-  if (o->cmd && strcmp(o->verb, "exec") && strcmp(o->verb, "run"))
-    return dsec_usage_error("%s takes no command", o->verb);
   return 0;
 }
 
@@ -592,6 +550,20 @@ static int parse(int argc, char **argv, struct opts *o, bool *exit_now)
 static bool is_vm_backend(const char *b)
 {
   return b && (strcmp(b, "microvm") == 0 || strcmp(b, "vm") == 0);
+}
+
+/* A spec as this front end takes it: valid, and of a backend it serves
+ * (dsec-run serves the four, dsec-vm the VMs). */
+static int front_check(const struct dsec_front *front, json_t *spec,
+                       struct dsec_error **err)
+{
+  const char *backend;
+  if (dsec_spec_validate(spec, err) < 0)
+    return -1;
+  backend = json_string_value(json_object_get(spec, "backend"));
+  if (front->vm_only && !is_vm_backend(backend))
+    return dsec_bad_input(err, "backend `%s` is served by dsec-run", backend);
+  return 0;
 }
 
 static json_t *build_spec(struct opts *o, struct dsec_error **err)
@@ -623,9 +595,10 @@ static json_t *build_spec(struct opts *o, struct dsec_error **err)
         json_object_set(spec, k, v);
     }
   }
-  if (vm_front && !json_object_get(spec, "backend"))
-    json_object_set_new(spec, "backend", json_string("microvm"));
-  if (dsec_spec_validate(spec, err) < 0) {
+  if (!json_object_get(spec, "backend"))
+    json_object_set_new(spec, "backend",
+                        json_string(o->front->default_backend));
+  if (front_check(o->front, spec, err) < 0) {
     json_decref(spec);
     return NULL;
   }
@@ -810,20 +783,18 @@ static int create_sandbox(json_t *spec_in, const char *reuse_id,
   char **layers = NULL;
   size_t n_layers = 0;
   const char *backend;
+  bool vm;
   int ret = -1, pfd[2] = { -1, -1 }, gofd[2] = { -1, -1 };
   pid_t pid = -1;
 
   if (!spec)
     return -1;
   backend = json_string_value(json_object_get(spec, "backend"));
-  if (!vm_front && is_vm_backend(backend))
-    return dsec_bad_input(err, "backend `%s` is served by dsec-vm", backend);
-  if (vm_front && !is_vm_backend(backend))
-    return dsec_bad_input(err, "backend `%s` is served by dsec-run", backend);
-  if (vm_front && json_array_size(json_object_get(spec, "mounts")) > 0)
-    return dsec_bad_input(err, "dsec-vm cannot bind host paths into a VM "
+  vm = is_vm_backend(backend);
+  if (vm && json_array_size(json_object_get(spec, "mounts")) > 0)
+    return dsec_bad_input(err, "a VM cannot have host paths bound into it "
                                "(mounts); put them in a layer");
-  if (!vm_front && geteuid() != 0) {
+  if (!vm && geteuid() != 0) {
     /* rootless: one id is ours to map (root inside is us outside), and
      * loop devices are root's */
     uid_t u;
@@ -874,7 +845,7 @@ static int create_sandbox(json_t *spec_in, const char *reuse_id,
     json_array_foreach(json_object_get(env, "layers"), i, l)
     {
       layers[i] = layer_dir(store, json_string_value(json_object_get(l, "digest")),
-                            vm_front, err);
+                            vm, err);
       if (!layers[i])
         goto out;
       json_object_set_new(l, "path", json_string(layers[i]));
@@ -921,7 +892,7 @@ static int create_sandbox(json_t *spec_in, const char *reuse_id,
       _exit(1);
     syscall(SYS_close_range, 4U, ~0U, 0U);
     co.ready_fd = 3;
-    if (vm_front)
+    if (vm)
       dsec_vm_supervisor_main(&co);
     dsec_supervisor_main(&co);
   }
@@ -1725,8 +1696,8 @@ static int do_suspend(struct opts *o, struct dsec_error **err)
   json_t *req, *res;
   if (!id)
     return -1;
-  if (vm_front)
-    o->release = true; /* a VM's suspend always frees it: memory to a file */
+  if (o->front->vm_only)
+    o->release = true; /* dsec-vm's suspend always frees it: memory to a file */
   req = json_pack("{s:s, s:b}", "op", "suspend", "release", o->release);
   res = supervisor_op(id, req, err);
   json_decref(req);
@@ -1758,8 +1729,6 @@ static int resume_vm(const char *id, json_t *st, struct dsec_error **err)
   json_t *rec = NULL;
   double t0 = dsec_now_ms();
 
-  if (!vm_front)
-    return dsec_bad_input(err, "sandbox %s is a VM: resume it with dsec-vm", id);
   /* one resume at a time: two would start two VMs on one disk */
   dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   if (dfd < 0)
@@ -1909,8 +1878,12 @@ static int do_fork(struct opts *o, struct dsec_error **err)
 
   if (!id)
     return -1;
-  if (vm_front)
-    return fork_vm(id, o->count, err);
+  {
+    /* a VM forks from a memory snapshot, the others from a checkpoint */
+    _cleanup_json_ json_t *spec = read_json_in(id, "spec.json");
+    if (is_vm_backend(json_string_value(json_object_get(spec, "backend"))))
+      return fork_vm(id, o->count, err);
+  }
   cp = checkpoint_of(id, err);
   if (!cp)
     return -1;
@@ -1958,7 +1931,7 @@ static int do_fork(struct opts *o, struct dsec_error **err)
 
 /* One request of serve, run in a child process whose stdout is a pipe:
  * the same code as the verbs, its JSON lines collected by the parent. */
-static _Noreturn void serve_child(json_t *req)
+static _Noreturn void serve_child(const struct dsec_front *front, json_t *req)
 {
   struct dsec_error *err = NULL;
   struct opts o = { 0 };
@@ -1972,6 +1945,7 @@ static _Noreturn void serve_child(json_t *req)
                                      "suspend", "resume", "fork", NULL };
   bool known = false;
 
+  o.front = front;
   o.args = args;
   o.nargs = id_arg ? 1 : 0;
   o.label_filter = json_object();
@@ -1985,10 +1959,12 @@ static _Noreturn void serve_child(json_t *req)
     _cleanup_free_ char *id = NULL;
     json_t *spec = json_deep_copy(json_object_get(req, "spec"));
     json_t *rec = NULL;
+    if (json_is_object(spec) && !json_object_get(spec, "backend"))
+      json_object_set_new(spec, "backend", json_string(front->default_backend));
     if (!json_is_object(spec)) {
       json_decref(spec);
       ret = dsec_bad_input(&err, "create: `spec` must be an object");
-    } else if (dsec_spec_validate(spec, &err) < 0) {
+    } else if (front_check(front, spec, &err) < 0) {
       json_decref(spec);
       ret = -1;
     } else {
@@ -2088,21 +2064,98 @@ static void serve_flush(struct serve_job *j, bool eof)
     j->len = 0; /* a partial line from a dead child: dropped */
 }
 
-static int do_serve(struct dsec_error **err)
+/* Starts one request in a child; its answers come on jobs[*njobs]. */
+static int serve_start(const struct dsec_front *front, const char *line,
+                       size_t len, int lineno, struct serve_job *jobs,
+                       size_t *njobs, struct dsec_error **err)
+{
+  json_error_t jerr;
+  json_t *req;
+  int p[2];
+  pid_t pid;
+
+  while (len > 0 && (line[len - 1] == '\n' || line[len - 1] == '\r'))
+    len--;
+  if (len == 0)
+    return 0;
+  req = json_loadb(line, len, JSON_REJECT_DUPLICATES, &jerr);
+  if (!json_is_object(req)) {
+    json_t *e = json_pack("{s:s, s:s, s:i, s:i}", "type", "error", "error",
+                          req ? "request: must be an object" : jerr.text,
+                          "line", lineno, "exit_code", DSEC_EXIT_INPUT);
+    json_decref(req);
+    dsec_json_print_new(e, NULL);
+    return 0;
+  }
+  if (pipe2(p, O_CLOEXEC) < 0) {
+    json_decref(req);
+    return dsec_fail(err, errno, "pipe");
+  }
+  fflush(stdout);
+  pid = fork();
+  if (pid == 0) {
+    close(p[0]);
+    if (dup2(p[1], STDOUT_FILENO) < 0)
+      _exit(1);
+    serve_child(front, req);
+  }
+  close(p[1]);
+  if (pid < 0) {
+    close(p[0]);
+    json_decref(req);
+    return dsec_fail(err, errno, "fork");
+  }
+  jobs[*njobs] = (struct serve_job){ p[0], pid,
+                                     json_incref(json_object_get(req, "rid")),
+                                     NULL, 0 };
+  (*njobs)++;
+  json_decref(req);
+  return 0;
+}
+
+/* serve: JSON Lines requests on standard input, each run in a child as
+ * soon as it arrives (up to SERVE_MAX_INFLIGHT at once), answers with
+ * their rid as they come.  Standard input is read with read(2) into a
+ * buffer of our own: every complete line is started, however many came
+ * in one read, and none waits in a stdio buffer that poll cannot see. */
+static int do_serve(const struct dsec_front *front, struct dsec_error **err)
 {
   struct serve_job jobs[SERVE_MAX_INFLIGHT];
   size_t njobs = 0;
-  char *line = NULL;
-  size_t cap = 0;
+  char *in = NULL;
+  size_t inlen = 0, incap = 0;
   bool in_open = true;
   int lineno = 0;
 
   /* answers are written whole; a reader that goes away ends us */
   setvbuf(stdout, NULL, _IONBF, 0);
-  while (in_open || njobs > 0) {
+  while (in_open || njobs > 0 || inlen > 0) {
     struct pollfd pf[SERVE_MAX_INFLIGHT + 1];
     size_t n = 0;
+    char *nl;
 
+    /* the lines already read, while there is room */
+    while (njobs < SERVE_MAX_INFLIGHT && (nl = memchr(in, '\n', inlen))) {
+      size_t len = (size_t) (nl - in) + 1;
+      lineno++;
+      if (serve_start(front, in, len, lineno, jobs, &njobs, err) < 0) {
+        free(in);
+        return -1;
+      }
+      memmove(in, in + len, inlen - len);
+      inlen -= len;
+    }
+    if (!in_open && inlen > 0 && njobs < SERVE_MAX_INFLIGHT) {
+      /* the last line, without its newline */
+      lineno++;
+      if (serve_start(front, in, inlen, lineno, jobs, &njobs, err) < 0) {
+        free(in);
+        return -1;
+      }
+      inlen = 0;
+    }
+    if (!in_open && njobs == 0 && inlen == 0)
+      break;
     if (in_open && njobs < SERVE_MAX_INFLIGHT)
       pf[n++] = (struct pollfd){ STDIN_FILENO, POLLIN, 0 };
     for (size_t i = 0; i < njobs; i++)
@@ -2110,60 +2163,30 @@ static int do_serve(struct dsec_error **err)
     if (poll(pf, n, -1) < 0) {
       if (errno == EINTR)
         continue;
+      free(in);
       return dsec_fail(err, errno, "poll");
     }
     for (size_t k = 0; k < n; k++) {
       if (!pf[k].revents)
         continue;
       if (pf[k].fd == STDIN_FILENO) {
-        ssize_t got = getline(&line, &cap, stdin);
-        json_t *req;
-        json_error_t jerr;
-        int p[2];
-        pid_t pid;
-        if (got <= 0) {
+        ssize_t got;
+        if (incap - inlen < 65536) {
+          incap = incap ? incap * 2 : 65536;
+          in = xrealloc(in, incap);
+        }
+        got = read(STDIN_FILENO, in + inlen, incap - inlen);
+        if (got < 0 && errno == EINTR)
+          continue;
+        if (got <= 0)
           in_open = false;
-          continue;
+        else
+          inlen += (size_t) got;
+        if (inlen > (64u << 20)) {
+          free(in);
+          return dsec_bad_input(err, "request line %d is longer than 64 MiB",
+                                lineno + 1);
         }
-        lineno++;
-        while (got > 0 && (line[got - 1] == '\n' || line[got - 1] == '\r'))
-          line[--got] = '\0';
-        if (got == 0)
-          continue;
-        req = json_loadb(line, (size_t) got, JSON_REJECT_DUPLICATES, &jerr);
-        if (!json_is_object(req)) {
-          json_t *e = json_pack("{s:s, s:s, s:i, s:i}", "type", "error",
-                                "error",
-                                req ? "request: must be an object" : jerr.text,
-                                "line", lineno, "exit_code", DSEC_EXIT_INPUT);
-          json_decref(req);
-          dsec_json_print_new(e, NULL);
-          continue;
-        }
-        if (pipe2(p, O_CLOEXEC) < 0) {
-          json_decref(req);
-          return dsec_fail(err, errno, "pipe");
-        }
-        fflush(stdout);
-        pid = fork();
-        if (pid == 0) {
-          close(p[0]);
-          if (dup2(p[1], STDOUT_FILENO) < 0)
-            _exit(1);
-          serve_child(req);
-        }
-        close(p[1]);
-        if (pid < 0) {
-          close(p[0]);
-          json_decref(req);
-          return dsec_fail(err, errno, "fork");
-        }
-        jobs[njobs] = (struct serve_job){ p[0], pid,
-                                          json_incref(json_object_get(req,
-                                                                      "rid")),
-                                          NULL, 0 };
-        njobs++;
-        json_decref(req);
         continue;
       }
       for (size_t i = 0; i < njobs; i++) {
@@ -2190,7 +2213,7 @@ static int do_serve(struct dsec_error **err)
       }
     }
   }
-  free(line);
+  free(in);
   return 0;
 }
 
@@ -2323,78 +2346,116 @@ static int do_pool(struct opts *o, struct dsec_error **err)
                                        "pool", key), err);
 }
 
-int dsec_runcmd_main(int argc, char **argv, bool vm)
-{
-  struct dsec_error *err = NULL;
-  struct opts o = { 0 };
-  bool exit_now = false;
-  int status, ret = 0, cmd_status = 0;
-  bool passes_status = false;
+/* ---- the verbs */
 
-  vm_front = vm;
+static int verb_create(struct opts *o, int *status, struct dsec_error **err)
+{
+  _cleanup_free_ char *id = NULL;
+  json_t *rec = NULL;
+  (void) status;
+  if (do_create(o, &id, &rec, err) < 0)
+    return -1;
+  return dsec_json_print_new(rec, err);
+}
+
+static int verb_exec(struct opts *o, int *status, struct dsec_error **err)
+{
+  _cleanup_free_ char *id = dsec_sandbox_resolve(o->args[0], err);
+  _cleanup_json_ json_t *req = NULL;
+  json_t *res = NULL;
+  if (!id)
+    return -1;
+  if (o->requests)
+    return do_requests(id, o->requests, status, err);
+  req = exec_request(o, err);
+  if (!req || exec_one(id, req, &res, err) < 0)
+    return -1;
+  *status = exit_status_of(res);
+  return dsec_json_print_new(res, err);
+}
+
+#define VERB_NOSTATUS(name, fn)                                             \
+  static int verb_##name(struct opts *o, int *status,                       \
+                         struct dsec_error **err)                           \
+  {                                                                         \
+    (void) status;                                                          \
+    return fn;                                                              \
+  }
+VERB_NOSTATUS(ps, do_ps(o, err))
+VERB_NOSTATUS(inspect, do_inspect(o, err))
+VERB_NOSTATUS(events, do_log(o, "events.jsonl", err))
+VERB_NOSTATUS(trajectory, do_log(o, "trajectory.jsonl", err))
+VERB_NOSTATUS(rm, do_rm(o, err))
+VERB_NOSTATUS(kill, do_kill(o, err))
+VERB_NOSTATUS(checkpoint, do_checkpoint(o, err))
+VERB_NOSTATUS(suspend, do_suspend(o, err))
+VERB_NOSTATUS(resume, do_resume(o, err))
+VERB_NOSTATUS(fork, do_fork(o, err))
+VERB_NOSTATUS(serve, do_serve(o->front, err))
+VERB_NOSTATUS(pool, do_pool(o, err))
+
+static const struct verb verbs[] = {
+  { "create", verb_create, CREATE_OPTS | O(OPT_NAME), 0, 0, NO_CMD, false,
+    "create takes no arguments" },
+  { "exec", verb_exec,
+    O(OPT_ENV) | O(OPT_WORKDIR) | EXEC_OPTS | O(OPT_REQUESTS) | O(OPT_EXCLUSIVE),
+    1, 1, MAY_CMD, true, "exec: give one sandbox ID" },
+  { "run", do_run,
+    CREATE_OPTS | O(OPT_NAME) | EXEC_OPTS | O(OPT_RM) | O(OPT_ATTACH) |
+      O(OPT_RESULT),
+    0, 0, NEEDS_CMD, true, "run: give the command after --" },
+  { "ps", verb_ps, O(OPT_ALL) | O(OPT_LABEL), 0, 0, NO_CMD, false,
+    "ps takes no arguments" },
+  { "inspect", verb_inspect, 0, 1, 1, NO_CMD, false,
+    "inspect: give one sandbox ID" },
+  { "events", verb_events, O(OPT_FOLLOW), 1, 1, NO_CMD, false,
+    "events: give one sandbox ID" },
+  { "trajectory", verb_trajectory, O(OPT_FOLLOW), 1, 1, NO_CMD, false,
+    "trajectory: give one sandbox ID" },
+  { "rm", verb_rm, O(OPT_FORCE), 1, -1, NO_CMD, false,
+    "rm: give at least one sandbox ID" },
+  { "kill", verb_kill, 0, 1, 2, NO_CMD, false, "kill: give ID [SIGNAL]" },
+  { "checkpoint", verb_checkpoint, O(OPT_NAME), 1, 1, NO_CMD, false,
+    "checkpoint: give one sandbox ID" },
+  { "suspend", verb_suspend, O(OPT_RELEASE), 1, 1, NO_CMD, false,
+    "suspend: give one sandbox ID" },
+  { "resume", verb_resume, 0, 1, 1, NO_CMD, false,
+    "resume: give one sandbox ID" },
+  { "fork", verb_fork, O(OPT_COUNT), 1, 1, NO_CMD, false,
+    "fork: give one sandbox ID" },
+  { "serve", verb_serve, 0, 0, 0, NO_CMD, false,
+    "serve takes no arguments (requests come on standard input)" },
+  { "pool", verb_pool, CREATE_OPTS | O(OPT_SIZE), 0, 0, NO_CMD, false,
+    "pool takes no arguments" },
+};
+
+static const struct verb *find_verb(const char *name)
+{
+  for (size_t i = 0; i < ARRAY_SIZE(verbs); i++)
+    if (strcmp(verbs[i].name, name) == 0)
+      return &verbs[i];
+  return NULL;
+}
+
+int dsec_front_main(int argc, char **argv, const struct dsec_front *front)
+{
+  struct opts o = { .front = front };
+  struct dsec_error *err = NULL;
+  bool exit_now = false;
+  int status, cmd_status = 0;
+
   dsec_cli_init(argc, argv);
   signal(SIGPIPE, SIG_IGN);
   status = parse(argc, argv, &o, &exit_now);
   if (status || exit_now)
     goto done;
-
-  if (strcmp(o.verb, "create") == 0) {
-    _cleanup_free_ char *id = NULL;
-    json_t *rec = NULL;
-    ret = do_create(&o, &id, &rec, &err);
-    if (ret == 0)
-      ret = dsec_json_print_new(rec, &err);
-  } else if (strcmp(o.verb, "exec") == 0) {
-    _cleanup_free_ char *id = dsec_sandbox_resolve(o.args[0], &err);
-    passes_status = true;
-    if (!id)
-      ret = -1;
-    else if (o.requests)
-      ret = do_requests(id, o.requests, &cmd_status, &err);
-    else {
-      _cleanup_json_ json_t *req = exec_request(&o, &err);
-      json_t *res = NULL;
-      ret = req ? exec_one(id, req, &res, &err) : -1;
-      if (ret == 0) {
-        cmd_status = exit_status_of(res);
-        ret = dsec_json_print_new(res, &err);
-      }
-    }
-  } else if (strcmp(o.verb, "run") == 0) {
-    passes_status = true;
-    ret = do_run(&o, &cmd_status, &err);
-  } else if (strcmp(o.verb, "ps") == 0)
-    ret = do_ps(&o, &err);
-  else if (strcmp(o.verb, "inspect") == 0)
-    ret = do_inspect(&o, &err);
-  else if (strcmp(o.verb, "events") == 0)
-    ret = do_log(&o, "events.jsonl", &err);
-  else if (strcmp(o.verb, "trajectory") == 0)
-    ret = do_log(&o, "trajectory.jsonl", &err);
-  else if (strcmp(o.verb, "rm") == 0)
-    ret = do_rm(&o, &err);
-  else if (strcmp(o.verb, "kill") == 0)
-    ret = do_kill(&o, &err);
-  else if (strcmp(o.verb, "checkpoint") == 0)
-    ret = do_checkpoint(&o, &err);
-  else if (strcmp(o.verb, "suspend") == 0)
-    ret = do_suspend(&o, &err);
-  else if (strcmp(o.verb, "resume") == 0)
-    ret = do_resume(&o, &err);
-  else if (strcmp(o.verb, "fork") == 0)
-    ret = do_fork(&o, &err);
-  else if (strcmp(o.verb, "serve") == 0)
-    ret = do_serve(&err);
-  else if (strcmp(o.verb, "pool") == 0)
-    ret = do_pool(&o, &err);
-
-  if (ret < 0) {
+  if (o.verb->run(&o, &cmd_status, &err) < 0) {
     status = dsec_cli_error(steal_pointer(&err));
     /* exec and run: a failure of dsec itself is 125, bad input stays 3 */
-    if (passes_status && status == DSEC_EXIT_FAILURE)
+    if (o.verb->passes_status && status == DSEC_EXIT_FAILURE)
       status = DSEC_EXIT_INTERNAL;
   } else
-    status = passes_status ? cmd_status : 0;
+    status = o.verb->passes_status ? cmd_status : 0;
 done:
   json_decref(o.spec);
   json_decref(o.exec);
