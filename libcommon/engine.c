@@ -126,6 +126,9 @@ void dsec_engine_event_first(struct dsec_engine *e, json_t *ev,
 void dsec_engine_write_state(struct dsec_engine *e)
 {
   _cleanup_error_ struct dsec_error *err = NULL;
+  /* what the audit log holds and dropped: a later supervisor of this
+   * sandbox goes on counting from here */
+  json_object_set_new(e->state, "audit", dsec_audit_status(e->audit));
   if (dsec_sandbox_state_write(e->id, e->state, &err) < 0)
     dsec_warn("cannot write state: %s", err->msg);
 }
