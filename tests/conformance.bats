@@ -298,3 +298,45 @@ cannot() {
     [ "$status" -eq 125 ] || { echo "$b: exit $status ($stderr)" >&2; false; }
   done
 }
+
+@test "one serve: a container and a microVM created, exec'd, suspended, resumed and removed by one process" {
+  local out=$BATS_TEST_TMPDIR/serve.out in=$BATS_TEST_TMPDIR/serve.in ids c v
+  mkfifo "$in"
+  dsec-run serve <"$in" >"$out" 2>"$BATS_TEST_TMPDIR/serve.err" 3>&- &
+  local serve=$!
+  exec 4>"$in"
+  # wait_answer RID: the answer to RID, once it came
+  wait_answer() {
+    for _ in $(seq 1200); do
+      jq -e -c --arg r "$1" 'select(.rid == $r)' "$out" 2>/dev/null && return 0
+      sleep 0.1
+    done
+    echo "no answer to $1: $(cat "$out")" >&2
+    return 1
+  }
+  # both creates in one write: both are answered
+  printf '%s\n%s\n' \
+    '{"op":"create","rid":"c","spec":{"image":"busybox:1","backend":"container"}}' \
+    '{"op":"create","rid":"v","spec":{"image":"busybox:1","backend":"microvm"}}' >&4
+  c=$(wait_answer c | jq -r .id)
+  v=$(wait_answer v | jq -r .id)
+  MINE+=("$c" "$v")
+  [ "$(dsec-run inspect "$c" | jq -r .backend)" = container ]
+  [ "$(dsec-run inspect "$v" | jq -r .backend)" = microvm ]
+  for id in "$c" "$v"; do
+    printf '{"op":"exec","rid":"x-%s","id":"%s","cmd":["sh","-c","echo up > /tmp/f; cat /tmp/f"]}\n' "$id" "$id" >&4
+    wait_answer "x-$id" | jq -e '.exit_code == 0 and .stdout == "up\n"'
+    printf '{"op":"suspend","rid":"s-%s","id":"%s"}\n' "$id" "$id" >&4
+    wait_answer "s-$id" | jq -e '.type == "suspended"'
+    printf '{"op":"resume","rid":"r-%s","id":"%s"}\n' "$id" "$id" >&4
+    wait_answer "r-$id" | jq -e '.type == "resumed"'
+    printf '{"op":"exec","rid":"y-%s","id":"%s","cmd":["cat","/tmp/f"]}\n' "$id" "$id" >&4
+    wait_answer "y-$id" | jq -e '.stdout == "up\n"'
+    printf '{"op":"rm","rid":"d-%s","id":"%s"}\n' "$id" "$id" >&4
+    wait_answer "d-$id" | jq -e '.type == "removed"'
+  done
+  exec 4>&-
+  wait "$serve"
+  # one process answered all of it
+  [ "$(jq -s 'length' "$out")" -eq 12 ]
+}
