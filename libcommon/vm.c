@@ -245,8 +245,7 @@ static int prepare_disk(struct vm *v, const char *from, struct dsec_error **err)
 {
   _cleanup_free_ char *path = xasprintf("%s/disk.img", v->e->dir);
   _cleanup_free_ char *tmp = xasprintf("%s/disk.img.tmp", v->e->dir);
-  json_int_t mb = json_integer_value(json_object_get(
-    json_object_get(v->e->spec_json, "resources"), "disk_mb"));
+  int64_t mb = v->e->spec->resources.disk_mb;
 
   if (!from && access(path, F_OK) == 0)
     return 0;
@@ -1560,17 +1559,19 @@ static void *net_relay(void *arg)
  * The guest's processes are the guest kernel's business. */
 static int vm_cgroup(struct vm *v, struct dsec_error **err)
 {
-  json_t *r = json_object_get(v->e->spec_json, "resources");
+  const struct dsec_spec *sp = v->e->spec;
   _cleanup_json_ json_t *lim = json_object();
-  json_int_t mem = json_integer_value(json_object_get(r, "memory_mb"));
+  int64_t mem = sp->resources.memory_mb;
 
   json_object_set_new(lim, "memory_mb",
                       json_integer((mem > 0 ? mem : 512) + VM_OVERHEAD_MB));
   json_object_set_new(lim, "pids", json_integer(VM_QEMU_PIDS));
-  if (json_object_get(r, "cpus"))
-    json_object_set(lim, "cpus", json_object_get(r, "cpus"));
-  if (json_object_get(r, "class"))
-    json_object_set(lim, "class", json_object_get(r, "class"));
+  if (sp->resources.cpus > 0)
+    json_object_set_new(lim, "cpus", json_real(sp->resources.cpus));
+  json_object_set_new(lim, "class",
+                      json_string(sp->resources.klass == DSEC_CLASS_BESTEFFORT
+                                    ? "besteffort"
+                                    : "latency"));
   return dsec_cgroup_create(v->e->id, lim, &v->e->cg, err);
 }
 
@@ -1716,18 +1717,17 @@ _Noreturn void dsec_vm_supervisor_main(struct dsec_container_opts *o)
     dsec_fail(&err, errno, "cannot create QEMU's channels");
     vm_fail(v, err);
   }
-  if (strcmp(json_string_value(json_object_get(json_object_get(o->spec, "network"),
-                                               "mode")) ?: "none", "proxy") == 0) {
+  if (e->spec->network.mode == DSEC_NET_PROXY) {
     if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, net) < 0) {
       dsec_fail(&err, errno, "cannot create the network channel");
       vm_fail(v, err);
     }
     dsec_net_events_init(&e->net, e->audit);
-    e->proxy = dsec_proxy_new(json_object_get(o->spec, "network"),
+    e->proxy = dsec_proxy_new(e->spec->network.json,
                               dsec_net_events_report, &e->net);
     v->net_chan = net[0];
   }
-  if (json_is_true(json_object_get(o->spec, "pmem"))) {
+  if (e->spec->pmem) {
     pmem = xzalloc(sizeof *pmem * (o->n_layers + 1));
     for (size_t i = 0; i < o->n_layers; i++) {
       char uuid[33];
@@ -1859,9 +1859,9 @@ _Noreturn void dsec_vm_supervisor_main(struct dsec_container_opts *o)
     json_t *setup = json_pack("{s:s, s:I, s:O, s:O, s:s, s:b, s:O}", "op",
                               "setup", "layers", (json_int_t) o->n_layers,
                               "protect",
-                              json_object_get(o->spec, "protect") ?: json_array(),
-                              "hide", json_object_get(o->spec, "hide") ?: json_array(),
-                              "workdir", e->spec->workdir ? e->spec->workdir : "/",
+                              json_object_get(e->spec_json, "protect"),
+                              "hide", json_object_get(e->spec_json, "hide"),
+                              "workdir", e->spec->workdir,
                               "pmem", pmem != NULL, "uuids", uuids);
     json_object_set_new(setup, "proxy", json_boolean(e->proxy != NULL));
     agent_send(v, setup, NULL, 0);
