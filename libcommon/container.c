@@ -572,14 +572,6 @@ static void fncall_landlock(struct init_ctx *c)
   dsec_landlock_clear(&ll);
 }
 
-static char **json_to_strv(json_t *a)
-{
-  size_t n = json_array_size(a);
-  char **v = xzalloc(sizeof *v * (n + 1));
-  for (size_t i = 0; i < n; i++)
-    v[i] = (char *) json_string_value(json_array_get(a, i));
-  return v;
-}
 
 /* An exec's start in the sandbox (dsec_guest_exec), with the container's
  * own steps: fncall calls and exclusive execs enter namespaces of their
@@ -625,11 +617,6 @@ static void init_exec_child(struct init_ctx *c, json_t *req, int *fds)
     c, (uint64_t) json_integer_value(json_object_get(req, "xid")), -1
   };
   struct dsec_guest_exec x = {
-    .argv = json_to_strv(json_object_get(req, "argv")),
-    .envp = json_to_strv(json_object_get(req, "env")),
-    .cwd = json_string_value(json_object_get(req, "cwd")),
-    .uid = (uid_t) json_integer_value(json_object_get(req, "uid")),
-    .gid = (gid_t) json_integer_value(json_object_get(req, "gid")),
     .fds = { fds[0], fds[1], fds[2] },
     /* init's socket, until the filter's listener is handed over */
     .keep = 3,
@@ -638,6 +625,7 @@ static void init_exec_child(struct init_ctx *c, json_t *req, int *fds)
     .last = exec_last,
     .ud = &r,
   };
+  dsec_guest_exec_from(&x, req);
   dsec_guest_exec(&x);
 }
 

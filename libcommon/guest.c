@@ -154,6 +154,25 @@ void dsec_guest_loopback_up(void)
   close(s);
 }
 
+/* A NULL-terminated vector of an array's strings (borrowed), or NULL. */
+static char **strv(json_t *a)
+{
+  size_t n = json_array_size(a);
+  char **v = calloc(n + 1, sizeof *v);
+  for (size_t i = 0; v && i < n; i++)
+    v[i] = (char *) json_string_value(json_array_get(a, i));
+  return v;
+}
+
+void dsec_guest_exec_from(struct dsec_guest_exec *x, json_t *msg)
+{
+  x->argv = strv(json_object_get(msg, "argv"));
+  x->envp = strv(json_object_get(msg, "env"));
+  x->cwd = json_string_value(json_object_get(msg, "cwd"));
+  x->uid = (uid_t) json_integer_value(json_object_get(msg, "uid"));
+  x->gid = (gid_t) json_integer_value(json_object_get(msg, "gid"));
+}
+
 _Noreturn void dsec_guest_exec(const struct dsec_guest_exec *x)
 {
   struct rlimit none = { 0, 0 };

@@ -66,6 +66,10 @@ struct dsec_guest_exec {
   void *ud;
 };
 
+/* Fills argv, envp, cwd, uid and gid of x from an exec message (its
+ * "argv", "env", "cwd", "uid" and "gid"; the strings stay msg's). */
+void dsec_guest_exec_from(struct dsec_guest_exec *x, json_t *msg);
+
 /* In a child that is to become the command: never returns. */
 _Noreturn void dsec_guest_exec(const struct dsec_guest_exec *x);
 

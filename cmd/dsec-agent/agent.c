@@ -518,14 +518,6 @@ static uint64_t oom_kills(void)
   return v;
 }
 
-static char **strv(json_t *a)
-{
-  size_t n = json_array_size(a);
-  char **v = calloc(n + 1, sizeof *v);
-  for (size_t i = 0; v && i < n; i++)
-    v[i] = (char *) json_string_value(json_array_get(a, i));
-  return v;
-}
 
 /* What an exec loses besides its user: with protect or hide, the
  * capabilities that would undo them (last_caps_drop). */
@@ -546,15 +538,11 @@ static void exec_drop(void *ud, uid_t uid, gid_t gid)
 static _Noreturn void exec_child(json_t *req, int in, int out, int err)
 {
   struct dsec_guest_exec x = {
-    .argv = strv(json_object_get(req, "argv")),
-    .envp = strv(json_object_get(req, "env")),
-    .cwd = json_string_value(json_object_get(req, "cwd")),
-    .uid = (uid_t) json_integer_value(json_object_get(req, "uid")),
-    .gid = (gid_t) json_integer_value(json_object_get(req, "gid")),
     .fds = { in, out, err },
     .keep = -1,
     .drop = exec_drop,
   };
+  dsec_guest_exec_from(&x, req);
   dsec_guest_exec(&x);
 }
 
