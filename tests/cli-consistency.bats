@@ -363,10 +363,10 @@ help_backends() {
     grep . | LC_ALL=C sort
 }
 
-@test "dsec-vm's completion offers its backends, dsec-run's still its own" {
+@test "dsec-vm's completion offers its backends, dsec-run's all four" {
   local prog form help offered
   [ "$(help_backends dsec-vm)" = "$(printf '%s\n' microvm vm)" ]
-  [ "$(help_backends dsec-run)" = "$(printf '%s\n' container fncall)" ]
+  [ "$(help_backends dsec-run)" = "$(printf '%s\n' container fncall microvm vm)" ]
   for prog in dsec-vm dsec-run; do
     help=$(help_backends "$prog")
     for form in "create --backend=" "create --backend " "run --backend=" \
