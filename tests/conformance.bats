@@ -137,8 +137,10 @@ cannot() {
   for b in "${BACKENDS[@]}"; do
     # (the command itself: a shell may change its own, as busybox's ash
     # does when it is PID 1, which an fncall call's command is)
+    # (signals 32 and 33 are the C library's own: no program sets them,
+    # and glibc installs its handlers whatever they were)
     x "$b" -- grep -E "^Sig(Ign|Blk):" /proc/self/status
-    expect "$b" '.stdout == "SigBlk:\t0000000000000000\nSigIgn:\t0000000000000000\n"'
+    expect "$b" '.stdout | test("^SigBlk:\t0000000000000000\nSigIgn:\t0000000(0|1)0000000\n$")'
     # yes | head -1: yes dies of SIGPIPE (141), not of a write error
     x "$b" -- sh -c '(yes; echo "yes ended $?" >&2) | head -1'
     expect "$b" '.exit_code == 0 and .stdout == "y\n" and (.stderr | test("yes ended 141"))'
