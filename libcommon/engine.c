@@ -216,7 +216,7 @@ static void capture_add(struct dsec_job *j, struct dsec_capture *c,
 {
   uint64_t before = c->k.total;
   dsec_guest_capture_add(&c->k, buf, n, (size_t) j->cap);
-  if (j->stream && j->cl && before < j->cap) {
+  if (j->stream && j->cl && n > 0 && before < j->cap) {
     size_t send = (uint64_t) n < j->cap - before ? n : (size_t) (j->cap - before);
     json_t *m = dsec_exec_output(c->name, buf, send);
     client_write(j->cl, m);

@@ -521,8 +521,11 @@ json_t *dsec_exec_output(const char *stream, const char *buf, size_t len)
   char *b64 = xmalloc(4 * ((len + 2) / 3) + 1);
   json_t *m;
   EVP_EncodeBlock((unsigned char *) b64, (const unsigned char *) buf, (int) len);
-  m = json_pack("{s:s, s:s, s:s}", "type", "output", "stream", stream,
-                "data_b64", b64);
+  /* bytes stay bytes in data_b64; data is the same as text (what is not
+   * UTF-8 becomes U+FFFD), for a reader that wants text */
+  m = json_pack("{s:s, s:i, s:s, s:o, s:s}", "type", "output", "fd",
+                strcmp(stream, "stderr") == 0 ? 2 : 1, "stream", stream, "data",
+                dsec_json_utf8(buf, len), "data_b64", b64);
   free(b64);
   return m;
 }

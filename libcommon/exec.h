@@ -95,7 +95,8 @@ json_t *dsec_checkpoint_record(struct dsec_traj *t, struct dsec_audit *audit,
                                struct dsec_error **err);
 
 /* A piece of an exec's output as the record a client streaming it gets
- * (new): {"type":"output","stream":..,"data_b64":..}. */
+ * (new): {"type":"output","fd":1|2,"stream":"stdout"|"stderr","data":
+ * text,"data_b64":bytes}. */
 json_t *dsec_exec_output(const char *stream, const char *buf, size_t len);
 
 /* The result record of an exec, as both backends answer it (new). */

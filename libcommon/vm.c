@@ -1140,6 +1140,8 @@ static int vm_exec(struct dsec_engine *e, struct dsec_job *j, json_t *msg,
   json_object_set_new(m, "stdin_len", json_integer((json_int_t) strlen(in)));
   json_object_set_new(m, "timeout_ms", json_real(timeout * 1000));
   json_object_set_new(m, "cap", json_integer((json_int_t) j->cap));
+  if (j->stream)
+    json_object_set_new(m, "stream", json_true());
   if (agent_send(v, m, in, strlen(in)) < 0)
     return dsec_fail(err, errno, "cannot reach the guest agent");
   return 0;
@@ -1172,6 +1174,23 @@ static void vm_result(struct vm *v, json_t *m, const char *payload)
   dsec_job_output(v->e, j, 1, payload, olen, otot);
   dsec_job_output(v->e, j, 2, payload + olen, elen, etot);
   dsec_job_finish(v->e, j, &end);
+}
+
+/* A piece of a streamed exec's output, as the guest read it. */
+static void vm_output(struct vm *v, json_t *m, const char *payload)
+{
+  struct dsec_job *j = dsec_engine_job(v->e, (uint64_t) json_integer_value(
+                                                json_object_get(m, "id")));
+  size_t olen = (size_t) json_integer_value(json_object_get(m, "stdout_len"));
+  size_t elen = (size_t) json_integer_value(json_object_get(m, "stderr_len"));
+  if (!j)
+    return;
+  if (j->out.k.len + olen > j->cap || j->err.k.len + elen > j->cap)
+    vm_die(v, "the guest agent broke its protocol (output past the cap)");
+  if (olen)
+    dsec_job_output(v->e, j, 1, payload, olen, 0);
+  if (elen)
+    dsec_job_output(v->e, j, 2, payload + olen, elen, 0);
 }
 
 /* An exec the agent did not answer for long past its timeout: the guest
@@ -1211,8 +1230,11 @@ static void agent_dispatch(struct vm *v)
 
   v->pending = false;
   while ((m = agent_next(v, &p, &pl, &used, &bad))) {
-    if (strcmp(json_string_value(json_object_get(m, "op")) ?: "", "result") == 0)
+    const char *op = json_string_value(json_object_get(m, "op")) ?: "";
+    if (strcmp(op, "result") == 0)
       vm_result(v, m, p);
+    else if (strcmp(op, "output") == 0)
+      vm_output(v, m, p);
     json_decref(m);
     agent_consume(v, used);
   }

@@ -476,6 +476,9 @@ static void send_msg(json_t *m, const char *a, size_t alen, const char *b,
 
 struct capture {
   int fd;
+  int no;                      /* 1 or 2 */
+  json_int_t job;              /* its exec's id */
+  bool stream;                 /* sent as it comes ("output" messages) */
   size_t cap;
   struct dsec_guest_capture k; /* what is kept, and the count */
 };
@@ -586,8 +589,15 @@ static void job_start(json_t *req, const char *stdin_buf, size_t stdin_len)
     free(j);
     return;
   }
-  j->out = (struct capture){ .fd = out[0], .cap = cap > 0 ? (size_t) cap : 0 };
-  j->err = (struct capture){ .fd = er[0], .cap = cap > 0 ? (size_t) cap : 0 };
+  {
+    bool stream = json_is_true(json_object_get(req, "stream"));
+    j->out = (struct capture){ .fd = out[0], .no = 1, .job = j->id,
+                               .stream = stream,
+                               .cap = cap > 0 ? (size_t) cap : 0 };
+    j->err = (struct capture){ .fd = er[0], .no = 2, .job = j->id,
+                               .stream = stream,
+                               .cap = cap > 0 ? (size_t) cap : 0 };
+  }
   if (stdin_len && (j->in = malloc(stdin_len))) {
     memcpy(j->in, stdin_buf, stdin_len);
     j->in_len = stdin_len;
@@ -617,7 +627,17 @@ static void capture_read(struct capture *c)
       c->fd = -1;
       return;
     }
-    dsec_guest_capture_add(&c->k, buf, (size_t) n, c->cap);
+    {
+      size_t kept = dsec_guest_capture_add(&c->k, buf, (size_t) n, c->cap);
+      /* a streamed exec's output goes as it comes, what its cap keeps;
+       * the result then carries only the counts */
+      if (c->stream && kept)
+        send_msg(json_pack("{s:s, s:I, s:I}", "op", "output", "id", c->job,
+                           c->no == 2 ? "stderr_len" : "stdout_len",
+                           (json_int_t) kept),
+                 c->no == 2 ? NULL : buf, c->no == 2 ? 0 : kept,
+                 c->no == 2 ? buf : NULL, c->no == 2 ? kept : 0);
+    }
   }
 }
 
@@ -634,8 +654,12 @@ static void job_finish(struct job *j)
                 j->timed_out, "oom_killed", oom, "stdout_total",
                 (json_int_t) j->out.k.total, "stderr_total",
                 (json_int_t) j->err.k.total, "stdout_len",
-                (json_int_t) j->out.k.len, "stderr_len", (json_int_t) j->err.k.len);
-  send_msg(m, j->out.k.data, j->out.k.len, j->err.k.data, j->err.k.len);
+                (json_int_t) (j->out.stream ? 0 : j->out.k.len), "stderr_len",
+                (json_int_t) (j->err.stream ? 0 : j->err.k.len));
+  if (j->out.stream)
+    send_msg(m, NULL, 0, NULL, 0);
+  else
+    send_msg(m, j->out.k.data, j->out.k.len, j->err.k.data, j->err.k.len);
   if (j->out.fd >= 0)
     close(j->out.fd);
   if (j->err.fd >= 0)

@@ -69,6 +69,7 @@ enum {
   OPT_COUNT,
   OPT_SIZE,
   OPT_EXCLUSIVE,
+  OPT_STREAM,
   OPT_END,
 };
 
@@ -103,6 +104,7 @@ static const struct option long_options[] = {
   { "size", required_argument, NULL, OPT_SIZE },
   { "spec", required_argument, NULL, OPT_SPEC },
   { "stdin", required_argument, NULL, OPT_STDIN },
+  { "stream", no_argument, NULL, OPT_STREAM },
   { "timeout", required_argument, NULL, OPT_TIMEOUT },
   { "ttl", required_argument, NULL, OPT_TTL },
   { "user", required_argument, NULL, OPT_USER },
@@ -178,6 +180,9 @@ static void help(const struct dsec_front *front)
          "      --seq=N            the request's sequence number\n"
          "      --size=N           (pool) how many to keep ready (default 4)\n"
          "      --stdin=FILE       the command's standard input\n"
+         "      --stream           (exec) output records as the output comes, "
+         "then\n"
+         "                         the result\n"
          "      --timeout=S        kill the command after S seconds\n"
          "\n"
          "Other options:\n"
@@ -496,6 +501,9 @@ static int parse(int argc, char **argv, struct opts *o, bool *exit_now)
       break;
     case OPT_EXCLUSIVE:
       json_object_set_new(o->exec, "exclusive", json_true());
+      break;
+    case OPT_STREAM:
+      json_object_set_new(o->exec, "stream", json_true());
       break;
     case OPT_REQUESTS:
       o->requests = optarg;
@@ -1155,12 +1163,46 @@ static int connect_running(const char *id, struct dsec_conn **c,
   return dsec_conn_open(id, c, err);
 }
 
+/* An exec whose request asked for "stream": every output record is
+ * printed as it comes, then *res gets the result. */
+static int exec_streamed(const char *id, json_t *req, json_t **res,
+                         struct dsec_error **err)
+{
+  struct dsec_conn *c = NULL;
+
+  if (connect_running(id, &c, err) < 0 || dsec_conn_send(c, req, err) < 0) {
+    (*err)->status = (*err)->status == DSEC_EXIT_INPUT ? DSEC_EXIT_INPUT
+                                                      : DSEC_EXIT_INTERNAL;
+    dsec_conn_close(c);
+    return -1;
+  }
+  for (;;) {
+    json_t *m = dsec_conn_recv(c, err);
+    if (!m) {
+      (*err)->status = DSEC_EXIT_INTERNAL;
+      dsec_conn_close(c);
+      return -1;
+    }
+    if (strcmp(json_string_value(json_object_get(m, "type")) ?: "", "output")) {
+      *res = m;
+      dsec_conn_close(c);
+      return 0;
+    }
+    if (dsec_json_print_new(m, err) < 0) {
+      dsec_conn_close(c);
+      return -1;
+    }
+  }
+}
+
 static int exec_one(const char *id, json_t *req, json_t **res,
                     struct dsec_error **err)
 {
   struct dsec_conn *c = NULL;
-  int ret = connect_running(id, &c, err);
-  if (ret < 0) {
+
+  if (json_is_true(json_object_get(req, "stream")))
+    return exec_streamed(id, req, res, err);
+  if (connect_running(id, &c, err) < 0) {
     (*err)->status = (*err)->status == DSEC_EXIT_INPUT ? DSEC_EXIT_INPUT
                                                       : DSEC_EXIT_INTERNAL;
     return -1;
@@ -2398,7 +2440,8 @@ static const struct verb verbs[] = {
   { "create", verb_create, CREATE_OPTS | O(OPT_NAME), 0, 0, NO_CMD, false,
     "create takes no arguments" },
   { "exec", verb_exec,
-    O(OPT_ENV) | O(OPT_WORKDIR) | EXEC_OPTS | O(OPT_REQUESTS) | O(OPT_EXCLUSIVE),
+    O(OPT_ENV) | O(OPT_WORKDIR) | EXEC_OPTS | O(OPT_REQUESTS) |
+      O(OPT_EXCLUSIVE) | O(OPT_STREAM),
     1, 1, MAY_CMD, true, "exec: give one sandbox ID" },
   { "run", do_run,
     CREATE_OPTS | O(OPT_NAME) | EXEC_OPTS | O(OPT_RM) | O(OPT_ATTACH) |
