@@ -997,7 +997,7 @@ static void ctr_signal(struct dsec_engine *e, struct dsec_job *j, int sig)
   msg_send(s->isock, m, NULL, 0);
   json_decref(m);
   for (size_t i = 0; i < e->njobs; i++)
-    if (cjob(e->jobs[i])->xpid > 0)
+    if (cjob(e->jobs[i]) && cjob(e->jobs[i])->xpid > 0)
       job_signal(s, e->jobs[i], SIGKILL);
 }
 
@@ -1149,7 +1149,7 @@ static void ctr_child(struct dsec_engine *e)
     if (pid <= 0)
       break;
     for (size_t i = 0; i < e->njobs; i++)
-      if (cjob(e->jobs[i])->xpid == pid) {
+      if (cjob(e->jobs[i]) && cjob(e->jobs[i])->xpid == pid) {
         cjob(e->jobs[i])->xpid = 0;
         job_ended(s, e->jobs[i], status, NULL);
         break;

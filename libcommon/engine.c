@@ -11,6 +11,7 @@
 #include <string.h>
 #include <sys/epoll.h>
 #include <sys/prctl.h>
+#include <sys/random.h>
 #include <sys/signalfd.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -209,12 +210,21 @@ static void accept_clients(struct dsec_engine *e, void *p, uint32_t events)
 
 /* ---- execs */
 
+static void session_output(struct dsec_session *s, int no, const char *buf,
+                           size_t n);
+
 /* Output of an exec: kept within the cap; a streaming client gets what
- * the cap keeps, no more (the result counts the rest). */
+ * the cap keeps, no more (the result counts the rest).  A session's
+ * shell's output is its commands'. */
 static void capture_add(struct dsec_job *j, struct dsec_capture *c,
                         const char *buf, size_t n)
 {
   uint64_t before = c->k.total;
+  if (j->shell) {
+    if (j->sess)
+      session_output(j->sess, c == &j->err, buf, n);
+    return;
+  }
   dsec_guest_capture_add(&c->k, buf, n, (size_t) j->cap);
   if (j->stream && j->cl && n > 0 && before < j->cap) {
     size_t send = (uint64_t) n < j->cap - before ? n : (size_t) (j->cap - before);
@@ -266,9 +276,34 @@ static void stdin_writable(struct dsec_engine *e, void *p, uint32_t events)
     j->stdin_off += (size_t) n;
   }
   epoll_ctl(e->epfd, EPOLL_CTL_DEL, j->in_fd, NULL);
+  j->in_armed = false;
+  if (j->keep_stdin && j->stdin_off == j->stdin_len) {
+    /* all written: more may come (job_input) */
+    j->stdin_off = j->stdin_len = 0;
+    return;
+  }
   close(j->in_fd);
   j->in_fd = -1;
   j->w_in.dead = true;
+}
+
+/* More input for a job that keeps its stdin open (a session's shell). */
+static void job_input(struct dsec_engine *e, struct dsec_job *j,
+                      const char *buf, size_t len)
+{
+  if (e->ops->input) {
+    e->ops->input(e, j, buf, len);
+    return;
+  }
+  if (j->in_fd < 0)
+    return; /* the shell is gone: its end answers */
+  j->stdin_data = xrealloc(j->stdin_data, j->stdin_len + len);
+  memcpy(j->stdin_data + j->stdin_len, buf, len);
+  j->stdin_len += len;
+  if (!j->in_armed) {
+    j->w_in = (struct dsec_watch){ stdin_writable, j, false };
+    j->in_armed = dsec_engine_watch(e, j->in_fd, EPOLLOUT, &j->w_in) == 0;
+  }
 }
 
 void dsec_job_pipes(struct dsec_engine *e, struct dsec_job *j, int out,
@@ -285,7 +320,10 @@ void dsec_job_pipes(struct dsec_engine *e, struct dsec_job *j, int out,
   j->err.w = (struct dsec_watch){ capture_readable, &j->err, false };
   dsec_engine_watch(e, out, EPOLLIN, &j->out.w);
   dsec_engine_watch(e, err, EPOLLIN, &j->err.w);
-  if (len > 0) {
+  if (j->keep_stdin) {
+    j->in_fd = in;
+    fcntl(in, F_SETFL, O_NONBLOCK);
+  } else if (len > 0) {
     j->stdin_data = xmalloc(len);
     memcpy(j->stdin_data, data, len);
     j->stdin_len = len;
@@ -328,6 +366,18 @@ static void job_free(struct dsec_engine *e, struct dsec_job *j)
   dsec_engine_bury(e, j);
 }
 
+static void session_shell_ended(struct dsec_engine *e, struct dsec_job *j,
+                                const struct dsec_job_end *end);
+
+static void jobs_remove(struct dsec_engine *e, struct dsec_job *j)
+{
+  for (size_t i = 0; i < e->njobs; i++)
+    if (e->jobs[i] == j) {
+      e->jobs[i] = e->jobs[--e->njobs];
+      break;
+    }
+}
+
 void dsec_job_finish(struct dsec_engine *e, struct dsec_job *j,
                      const struct dsec_job_end *end)
 {
@@ -336,10 +386,18 @@ void dsec_job_finish(struct dsec_engine *e, struct dsec_job *j,
 
   capture_read(&j->out);
   capture_read(&j->err);
+  if (j->shell) {
+    /* a session's shell: its command (if one ran) answers */
+    jobs_remove(e, j);
+    e->nshells--;
+    session_shell_ended(e, j, end);
+    job_free(e, j);
+    return;
+  }
   if (end->error)
     code = DSEC_EXIT_INTERNAL;
   else if (j->timed_out)
-    code = DSEC_EXIT_TIMEOUT, sig = SIGKILL;
+    code = DSEC_EXIT_TIMEOUT, sig = j->kill_sig ? j->kill_sig : SIGKILL;
   else if (WIFSIGNALED(end->status))
     sig = WTERMSIG(end->status), code = 128 + sig;
   else
@@ -365,15 +423,12 @@ void dsec_job_finish(struct dsec_engine *e, struct dsec_job *j,
   }
   dsec_exec_events(e->audit, j->req, res,
                    j->out.k.total - j->out.k.len + j->err.k.total - j->err.k.len);
-  if (e->ops->exec_done)
+  /* a session's command has no backend job of its own */
+  if (e->ops->exec_done && !j->sess)
     e->ops->exec_done(e, j, res);
   client_write(j->cl, res);
   json_decref(res);
-  for (size_t i = 0; i < e->njobs; i++)
-    if (e->jobs[i] == j) {
-      e->jobs[i] = e->jobs[--e->njobs];
-      break;
-    }
+  jobs_remove(e, j);
   e->last_activity_ms = now_ms();
   {
     struct dsec_client *cl = j->cl;
@@ -420,6 +475,54 @@ static int traj_check(struct dsec_engine *e, struct dsec_client *cl,
   return r;
 }
 
+static struct dsec_job *job_new(struct dsec_engine *e)
+{
+  struct dsec_job *j = xzalloc(sizeof *j);
+  j->xid = ++e->next_xid;
+  j->out.fd = j->err.fd = j->in_fd = -1;
+  j->out.job = j->err.job = j;
+  j->out.name = "stdout";
+  j->err.name = "stderr";
+  return j;
+}
+
+static void jobs_add(struct dsec_engine *e, struct dsec_job *j)
+{
+  e->jobs = xrealloc(e->jobs, sizeof *e->jobs * (e->njobs + 1));
+  e->jobs[e->njobs++] = j;
+}
+
+/* Hands job j (in e->jobs) to the backend: 0, or -1 and *err. */
+static int job_launch(struct dsec_engine *e, struct dsec_job *j,
+                      struct dsec_error **err)
+{
+  json_t *msg;
+  int r;
+
+  msg = json_pack("{s:s, s:I, s:O, s:o, s:O, s:i, s:i}", "op", "exec", "xid",
+                  (json_int_t) j->xid, "argv", json_object_get(j->req, "cmd"),
+                  "env", dsec_exec_env(e->base_env,
+                                       json_object_get(j->req, "env")),
+                  "cwd", json_object_get(j->req, "workdir"), "uid",
+                  (int) e->spec->uid, "gid", (int) e->spec->gid);
+  if (j->keep_stdin)
+    json_object_set_new(msg, "keep_stdin", json_true());
+  r = e->ops->exec(e, j, msg, err);
+  json_decref(msg);
+  return r;
+}
+
+/* What a backend's failure to start a command says. */
+static char *launch_error(struct dsec_error *err)
+{
+  return xasprintf("%s%s%s", err ? err->msg : "cannot start the command",
+                   err && err->errnum ? ": " : "",
+                   err && err->errnum ? strerror(err->errnum) : "");
+}
+
+static bool session_command(struct dsec_engine *e, struct dsec_client *cl,
+                            struct dsec_job *j, json_t *req);
+
 static void job_start(struct dsec_engine *e, struct dsec_client *cl,
                       json_t *req)
 {
@@ -427,8 +530,6 @@ static void job_start(struct dsec_engine *e, struct dsec_client *cl,
   struct dsec_job *j;
   char *why = NULL;
   double timeout;
-  json_t *msg;
-  int r;
 
   if (dsec_exec_request_check(req, &why) < 0) {
     reply_error(cl, why, DSEC_EXIT_INPUT);
@@ -439,12 +540,7 @@ static void job_start(struct dsec_engine *e, struct dsec_client *cl,
     reply_error(cl, e->ops->no_exclusive, DSEC_EXIT_INPUT);
     return;
   }
-  j = xzalloc(sizeof *j);
-  j->xid = ++e->next_xid;
-  j->out.fd = j->err.fd = j->in_fd = -1;
-  j->out.job = j->err.job = j;
-  j->out.name = "stdout";
-  j->err.name = "stderr";
+  j = job_new(e);
   j->stream = json_is_true(json_object_get(req, "stream"));
   /* what the trajectory records: the request as it will run */
   j->req = dsec_exec_request_record(req, e->spec->workdir, &j->cap);
@@ -458,27 +554,574 @@ static void job_start(struct dsec_engine *e, struct dsec_client *cl,
   j->cl = cl;
   j->start = now_ms();
   j->deadline = timeout > 0 ? j->start + timeout * 1000 : 0;
-  cl->job = j;
-  e->jobs = xrealloc(e->jobs, sizeof *e->jobs * (e->njobs + 1));
-  e->jobs[e->njobs++] = j;
   e->last_activity_ms = j->start;
-
-  msg = json_pack("{s:s, s:I, s:O, s:o, s:O, s:i, s:i}", "op", "exec", "xid",
-                  (json_int_t) j->xid, "argv", json_object_get(j->req, "cmd"),
-                  "env", dsec_exec_env(e->base_env,
-                                       json_object_get(j->req, "env")),
-                  "cwd", json_object_get(j->req, "workdir"), "uid",
-                  (int) e->spec->uid, "gid", (int) e->spec->gid);
-  r = e->ops->exec(e, j, msg, &err);
-  json_decref(msg);
-  if (r < 0) {
-    _cleanup_free_ char *what =
-      xasprintf("%s%s%s", err ? err->msg : "cannot start the command",
-                err && err->errnum ? ": " : "",
-                err && err->errnum ? strerror(err->errnum) : "");
+  if (json_object_get(j->req, "session")) {
+    if (session_command(e, cl, j, req))
+      cl->job = j;
+    return;
+  }
+  cl->job = j;
+  jobs_add(e, j);
+  if (job_launch(e, j, &err) < 0) {
+    _cleanup_free_ char *what = launch_error(err);
     struct dsec_job_end end = { .error = what };
     dsec_job_finish(e, j, &end);
   }
+}
+
+/* ---- sessions
+ *
+ * A session is a shell (bash where the image has it, else sh) started on
+ * its first command and kept: its working directory, environment,
+ * variables and functions persist.  Each command is an exec of the
+ * engine's own: recorded, replayed, capped and timed like any other.  It
+ * goes to the shell's stdin as one line,
+ *
+ *   command eval 'LINE' </dev/null; printf '\036dsec:M:%d\036' "$?";
+ *   printf '\036dsec:M\036' >&2
+ *
+ * with a marker M fresh for each command: what comes on the shell's
+ * stdout and stderr before the marker is the command's output, and the
+ * marker carries its status.  `command eval` keeps a syntax error from
+ * ending the shell; </dev/null keeps the command from reading the next
+ * ones.  At its deadline the command's processes (the shell's process
+ * group) get SIGINT, which the shell itself traps; one that does not end
+ * within SESSION_GRACE_MS is killed with the shell, and the answer says
+ * the session was lost.  The shell is the sandbox's like everything
+ * else: what ran in it earlier can change what a later command does
+ * (score with plain execs). */
+
+#define SESSION_GRACE_MS 2000
+#define SHELL_CAP ((uint64_t) 1 << 62)
+
+struct dsec_session {
+  char *name;
+  struct dsec_engine *e;
+  struct dsec_job *shell;  /* NULL: lost (its shell ended unasked) */
+  struct dsec_job **cmds;  /* [0] runs once started, the rest wait */
+  size_t ncmds;
+  bool started;            /* cmds[0] went to the shell */
+  char mark[33];           /* its marker */
+  char *hold[2];           /* what may begin the marker, per stream */
+  size_t nhold[2];
+  bool seen[2];            /* the marker came on stdout, stderr */
+  int status;              /* as the stdout marker says */
+  double kill_at;          /* interrupted: killed (and lost) from then */
+  bool removed;            /* session rm: out of the table */
+  const char *lost;        /* why its shell is gone (static) */
+  uint64_t commands;
+  char *created;
+};
+
+static const char *const shell_argv[] = {
+  "/bin/sh", "-c",
+  "if command -v bash >/dev/null 2>&1; then exec bash --noprofile --norc; "
+  "fi; exec /bin/sh",
+};
+
+/* The shell's first input: SIGINT interrupts a command, not the shell
+ * (a trap, not an ignored signal: commands get the default). */
+static const char shell_prelude[] =
+  "trap true INT\n"
+  "if [ -n \"${BASH_VERSION-}\" ]; then shopt -s expand_aliases; fi\n";
+
+size_t dsec_engine_busy(const struct dsec_engine *e)
+{
+  return e->njobs - e->nshells;
+}
+
+static struct dsec_session *session_find(struct dsec_engine *e,
+                                         const char *name)
+{
+  for (size_t i = 0; i < e->nsessions; i++)
+    if (strcmp(e->sessions[i]->name, name) == 0)
+      return e->sessions[i];
+  return NULL;
+}
+
+/* state.json names the sessions and their shells' jobs: a supervisor
+ * that follows this one adopts them (a VM restored with its memory) or
+ * reports them lost. */
+static void sessions_state_set(struct dsec_engine *e)
+{
+  json_t *all = json_object();
+  for (size_t i = 0; i < e->nsessions; i++) {
+    struct dsec_session *s = e->sessions[i];
+    json_object_set_new(all, s->name,
+                        json_pack("{s:o, s:s}", "xid",
+                                  s->shell ? json_integer((json_int_t) s->shell->xid)
+                                           : json_null(),
+                                  "created", s->created));
+  }
+  json_object_set_new(e->state, "sessions", all);
+}
+
+static void sessions_state(struct dsec_engine *e)
+{
+  sessions_state_set(e);
+  dsec_engine_write_state(e);
+}
+
+static void session_free(struct dsec_session *s)
+{
+  free(s->name);
+  free(s->cmds);
+  free(s->hold[0]);
+  free(s->hold[1]);
+  free(s->created);
+  free(s);
+}
+
+static void session_unlist(struct dsec_engine *e, struct dsec_session *s)
+{
+  for (size_t i = 0; i < e->nsessions; i++)
+    if (e->sessions[i] == s) {
+      e->sessions[i] = e->sessions[--e->nsessions];
+      break;
+    }
+  s->removed = true;
+  sessions_state(e);
+}
+
+static struct dsec_session *session_add(struct dsec_engine *e,
+                                        const char *name, const char *created)
+{
+  struct dsec_session *s = xzalloc(sizeof *s);
+  s->name = xstrdup(name);
+  s->e = e;
+  s->created = created ? xstrdup(created) : dsec_time_rfc3339();
+  e->sessions = xrealloc(e->sessions, sizeof *e->sessions * (e->nsessions + 1));
+  e->sessions[e->nsessions++] = s;
+  return s;
+}
+
+/* The shell's job, for session s; workdir and env from req (the first
+ * command's). */
+static struct dsec_job *shell_job(struct dsec_engine *e, struct dsec_session *s,
+                                  uint64_t xid)
+{
+  struct dsec_job *j = job_new(e);
+  if (xid) {
+    j->xid = xid;
+    if (xid > e->next_xid)
+      e->next_xid = xid;
+  }
+  j->shell = true;
+  j->keep_stdin = true;
+  j->stream = true;
+  j->cap = SHELL_CAP;
+  j->sess = s;
+  jobs_add(e, j);
+  e->nshells++;
+  s->shell = j;
+  return j;
+}
+
+static int session_start_shell(struct dsec_engine *e, struct dsec_session *s,
+                               json_t *req, struct dsec_error **err)
+{
+  struct dsec_job *j = shell_job(e, s, 0);
+  json_t *argv = json_array();
+
+  for (size_t i = 0; i < ARRAY_SIZE(shell_argv); i++)
+    json_array_append_new(argv, json_string(shell_argv[i]));
+  j->req = json_pack("{s:o, s:s, s:O, s:O, s:i, s:I}", "cmd", argv, "stdin",
+                     "", "workdir", json_object_get(req, "workdir"), "env",
+                     json_object_get(req, "env"), "timeout_s", 0,
+                     "max_output_bytes", (json_int_t) SHELL_CAP);
+  j->start = now_ms();
+  if (job_launch(e, j, err) < 0) {
+    jobs_remove(e, j);
+    e->nshells--;
+    s->shell = NULL;
+    j->sess = NULL;
+    job_free(e, j);
+    return -1;
+  }
+  job_input(e, j, shell_prelude, sizeof shell_prelude - 1);
+  sessions_state(e);
+  return 0;
+}
+
+/* The line that runs cmd in the shell, with marker m. */
+static char *session_line(const char *cmd, const char *m)
+{
+  size_t n = strlen(cmd), o = 0;
+  char *q = xmalloc(n * 4 + 1);
+  char *line;
+  for (size_t i = 0; i < n; i++) {
+    if (cmd[i] == '\'') {
+      memcpy(q + o, "'\\''", 4);
+      o += 4;
+    } else
+      q[o++] = cmd[i];
+  }
+  q[o] = '\0';
+  line = xasprintf("command eval '%s' </dev/null; "
+                   "printf '\\036dsec:%s:%%d\\036' \"$?\"; "
+                   "printf '\\036dsec:%s\\036' >&2\n",
+                   q, m, m);
+  free(q);
+  return line;
+}
+
+/* The next command goes to the shell. */
+static void session_dispatch(struct dsec_engine *e, struct dsec_session *s)
+{
+  struct dsec_job *j;
+  unsigned char r[16];
+  _cleanup_free_ char *line = NULL;
+  double timeout;
+
+  if (s->started || s->ncmds == 0 || !s->shell)
+    return;
+  j = s->cmds[0];
+  if (getrandom(r, sizeof r, 0) != (ssize_t) sizeof r) {
+    /* not secret, only not to be guessed by chance */
+    uint64_t x = (uint64_t) now_ms() * 1000003u ^ j->xid;
+    for (size_t i = 0; i < sizeof r; i++, x = x * 6364136223846793005u + 1)
+      r[i] = (unsigned char) (x >> 56);
+  }
+  for (size_t i = 0; i < sizeof r; i++)
+    snprintf(s->mark + 2 * i, 3, "%02x", r[i]);
+  s->seen[0] = s->seen[1] = false;
+  s->status = 0;
+  s->started = true;
+  s->commands++;
+  timeout = json_number_value(json_object_get(j->req, "timeout_s"));
+  j->start = now_ms();
+  j->deadline = timeout > 0 ? j->start + timeout * 1000 : 0;
+  line = session_line(json_string_value(json_array_get(
+                        json_object_get(j->req, "cmd"), 0)),
+                      s->mark);
+  job_input(e, s->shell, line, strlen(line));
+}
+
+static void cmd_extra_finish(struct dsec_engine *e, struct dsec_job *j,
+                             struct dsec_job_end *end, bool lost)
+{
+  _cleanup_json_ json_t *extra = json_pack("{s:O}", "session",
+                                           json_object_get(j->req, "session"));
+  if (lost)
+    json_object_set_new(extra, "session_lost", json_true());
+  if (end->extra)
+    json_object_update(extra, end->extra);
+  end->extra = extra;
+  dsec_job_finish(e, j, end);
+}
+
+/* Both markers came: the command is answered, the next one goes. */
+static void session_command_done(struct dsec_engine *e, struct dsec_session *s)
+{
+  struct dsec_job *j = s->cmds[0];
+  struct dsec_job_end end = { .status = (s->status & 0xff) << 8 };
+
+  memmove(s->cmds, s->cmds + 1, sizeof *s->cmds * --s->ncmds);
+  s->started = false;
+  s->kill_at = 0;
+  for (int i = 0; i < 2; i++) {
+    free(s->hold[i]);
+    s->hold[i] = NULL;
+    s->nhold[i] = 0;
+  }
+  cmd_extra_finish(e, j, &end, false);
+  session_dispatch(e, s);
+}
+
+/* Bytes of the running command's output (no: 0 stdout, 1 stderr) go to
+ * its capture. */
+static void cmd_emit(struct dsec_session *s, int no, const char *buf, size_t n)
+{
+  struct dsec_job *j = s->cmds[0];
+  if (n)
+    capture_add(j, no ? &j->err : &j->out, buf, n);
+}
+
+/* The shell's output: the running command's, up to its marker; between
+ * commands (a background process's), dropped. */
+static void session_output(struct dsec_session *s, int no, const char *buf,
+                           size_t n)
+{
+  char pat[64];
+  size_t plen;
+  _cleanup_free_ char *joined = NULL;
+  const char *d = buf;
+  size_t len = n;
+
+  if (!s->started || s->seen[no])
+    return;
+  plen = (size_t) snprintf(pat, sizeof pat, "\036dsec:%s", s->mark);
+  if (s->nhold[no]) {
+    joined = xmalloc(s->nhold[no] + n);
+    memcpy(joined, s->hold[no], s->nhold[no]);
+    memcpy(joined + s->nhold[no], buf, n);
+    d = joined;
+    len = s->nhold[no] + n;
+    free(s->hold[no]);
+    s->hold[no] = NULL;
+    s->nhold[no] = 0;
+  }
+  while (len > 0) {
+    const char *at = memmem(d, len, pat, plen);
+    size_t keep = 0;
+    if (!at) {
+      /* what may begin the marker waits for the next read */
+      for (size_t k = len < plen - 1 ? len : plen - 1; k > 0; k--)
+        if (memcmp(d + len - k, pat, k) == 0) {
+          keep = k;
+          break;
+        }
+      cmd_emit(s, no, d, len - keep);
+      if (keep) {
+        s->hold[no] = xmalloc(keep);
+        memcpy(s->hold[no], d + len - keep, keep);
+        s->nhold[no] = keep;
+      }
+      return;
+    }
+    {
+      const char *t = at + plen, *end = d + len;
+      const char *close = NULL;
+      bool ok = false;
+      int status = 0;
+      if (no == 1) {
+        close = t < end ? t : NULL;
+        ok = close && *close == '\036';
+      } else if (t < end) {
+        close = memchr(t, '\036', (size_t) (end - t));
+        if (close && *t == ':' && close - t >= 2 && close - t <= 4) {
+          ok = true;
+          for (const char *p = t + 1; p < close; p++)
+            if (*p < '0' || *p > '9')
+              ok = false;
+            else
+              status = status * 10 + (*p - '0');
+        }
+      }
+      if (!close && end - t < 8) {
+        /* the marker's end is still to come */
+        cmd_emit(s, no, d, (size_t) (at - d));
+        s->nhold[no] = (size_t) (end - at);
+        s->hold[no] = xmalloc(s->nhold[no]);
+        memcpy(s->hold[no], at, s->nhold[no]);
+        return;
+      }
+      if (!ok) {
+        /* not the marker after all: output, and look on */
+        cmd_emit(s, no, d, (size_t) (at - d) + 1);
+        len -= (size_t) (at - d) + 1;
+        d = at + 1;
+        continue;
+      }
+      cmd_emit(s, no, d, (size_t) (at - d));
+      s->seen[no] = true;
+      if (no == 0)
+        s->status = status;
+      /* what follows is a background process's: dropped */
+      if (s->seen[0] && s->seen[1])
+        session_command_done(s->e, s);
+      return;
+    }
+  }
+}
+
+/* The shell of a session ended: the command it ran (if any) answers with
+ * the shell's status and session_lost; waiting ones are refused; the
+ * session is gone.  Ended with no command running, it stays listed as
+ * lost until a command or session rm learns of it. */
+static void session_shell_ended(struct dsec_engine *e, struct dsec_job *j,
+                                const struct dsec_job_end *end)
+{
+  struct dsec_session *s = j->sess;
+  struct dsec_job **cmds;
+  size_t n;
+
+  j->sess = NULL;
+  if (!s)
+    return;
+  s->shell = NULL;
+  if (s->ncmds == 0 && !s->removed) {
+    s->lost = "its shell ended";
+    dsec_engine_event(e, json_pack("{s:s, s:s, s:s}", "type", "session_lost",
+                                   "session", s->name, "cause", s->lost));
+    sessions_state(e);
+    return;
+  }
+  cmds = s->cmds;
+  n = s->ncmds;
+  s->cmds = NULL;
+  s->ncmds = 0;
+  if (!s->removed)
+    session_unlist(e, s);
+  for (size_t i = 0; i < n; i++) {
+    struct dsec_job *c = cmds[i];
+    if (i == 0 && s->started) {
+      struct dsec_job_end ce = *end;
+      for (int k = 0; k < 2; k++)
+        if (s->nhold[k] && !s->seen[k])
+          capture_add(c, k ? &c->err : &c->out, s->hold[k], s->nhold[k]);
+      cmd_extra_finish(e, c, &ce, true);
+    } else {
+      struct dsec_client *cl = c->cl;
+      _cleanup_json_ json_t *r =
+        json_pack("{s:s, s:s, s:i, s:b, s:s}", "type", "error", "error",
+                  "the session's shell ended before the command ran",
+                  "exit_code", DSEC_EXIT_INTERNAL, "session_lost", true,
+                  "session", s->name);
+      client_write(cl, r);
+      jobs_remove(e, c);
+      if (cl)
+        cl->job = NULL;
+      job_free(e, c);
+      if (cl)
+        client_next(e, cl);
+    }
+  }
+  free(cmds);
+  session_free(s);
+}
+
+/* A command for a session (j, its request recorded; req as sent): queued
+ * in its session, started with its shell on first use.  False when it
+ * was answered at once. */
+static bool session_command(struct dsec_engine *e, struct dsec_client *cl,
+                            struct dsec_job *j, json_t *req)
+{
+  const char *name = json_string_value(json_object_get(j->req, "session"));
+  struct dsec_session *s = session_find(e, name);
+  _cleanup_error_ struct dsec_error *err = NULL;
+
+  if (s && !s->shell) {
+    /* lost: said once, then the name is free again */
+    _cleanup_free_ char *msg =
+      xasprintf("session %s was lost (%s); its next command starts a new one",
+                name, s->lost ? s->lost : "its shell ended");
+    json_t *r = json_pack("{s:s, s:s, s:i, s:b, s:s}", "type", "error",
+                          "error", msg, "exit_code", DSEC_EXIT_INTERNAL,
+                          "session_lost", true, "session", name);
+    client_write(cl, r);
+    json_decref(r);
+    session_unlist(e, s);
+    session_free(s);
+    goto answered;
+  }
+  if (s && (json_object_get(req, "workdir") || json_object_size(
+              json_object_get(req, "env")) > 0)) {
+    reply_error(cl, "a session keeps its own working directory and "
+                "environment: cd and export in it (workdir and env apply "
+                "to its first command)", DSEC_EXIT_INPUT);
+    goto answered;
+  }
+  j->cl = cl;
+  jobs_add(e, j);
+  if (!s) {
+    s = session_add(e, name, NULL);
+    if (session_start_shell(e, s, j->req, &err) < 0) {
+      _cleanup_free_ char *what = launch_error(err);
+      struct dsec_job_end end = { .error = what };
+      session_unlist(e, s);
+      session_free(s);
+      j->sess = NULL;
+      cl->job = j; /* finish answers it and goes on with cl */
+      dsec_job_finish(e, j, &end);
+      return false;
+    }
+  }
+  j->sess = s;
+  s->cmds = xrealloc(s->cmds, sizeof *s->cmds * (s->ncmds + 1));
+  s->cmds[s->ncmds++] = j;
+  j->deadline = 0; /* from when it starts */
+  session_dispatch(e, s);
+  return true;
+
+answered:
+  json_decref(j->req);
+  free(j);
+  return false;
+}
+
+/* Its deadline passed: SIGINT to the shell's process group (the command's
+ * processes; the shell traps it); killed with the shell after a grace. */
+static void session_deadline(struct dsec_engine *e, struct dsec_job *j)
+{
+  struct dsec_session *s = j->sess;
+  j->timed_out = true;
+  j->kill_sig = SIGINT;
+  if (!s || !s->shell)
+    return;
+  e->ops->signal(e, s->shell, SIGINT);
+  s->kill_at = now_ms() + SESSION_GRACE_MS;
+}
+
+static json_t *sessions_list(struct dsec_engine *e)
+{
+  json_t *all = json_array();
+  for (size_t i = 0; i < e->nsessions; i++) {
+    struct dsec_session *s = e->sessions[i];
+    json_array_append_new(all, json_pack("{s:s, s:s, s:s, s:I, s:I}", "name",
+                                         s->name, "state",
+                                         !s->shell ? "lost"
+                                         : s->ncmds ? "busy"
+                                                    : "idle",
+                                         "created", s->created, "commands",
+                                         (json_int_t) s->commands, "queued",
+                                         (json_int_t) (s->ncmds > 1
+                                                         ? s->ncmds - 1
+                                                         : 0)));
+  }
+  return json_pack("{s:s, s:s, s:o}", "type", "sessions", "id", e->id,
+                   "sessions", all);
+}
+
+/* session rm: its shell and what runs in it are killed (the command
+ * running answers session_lost); the name is free at once. */
+static json_t *session_remove(struct dsec_engine *e, const char *name)
+{
+  struct dsec_session *s = name ? session_find(e, name) : NULL;
+  struct dsec_error *err = NULL;
+
+  if (!s) {
+    dsec_fail(&err, ENOENT, "no session %s in sandbox %s", name ? name : "",
+              e->id);
+    return dsec_ctl_op_error(err);
+  }
+  session_unlist(e, s);
+  if (s->shell)
+    e->ops->signal(e, s->shell, SIGKILL);
+  else
+    session_free(s);
+  return json_pack("{s:s, s:s, s:s}", "type", "session_removed", "id", e->id,
+                   "name", name);
+}
+
+/* A new supervisor of this sandbox: the sessions of the one before it
+ * live on when the processes did (adopted: the shells' jobs go on under
+ * their numbers), else they are lost. */
+static void sessions_adopt(struct dsec_engine *e, json_t *old)
+{
+  const char *name;
+  json_t *v;
+
+  json_object_foreach(json_object_get(old, "sessions"), name, v)
+  {
+    struct dsec_session *s;
+    json_int_t xid = json_integer_value(json_object_get(v, "xid"));
+    if (!dsec_session_name_ok(name) || session_find(e, name))
+      continue;
+    s = session_add(e, name,
+                    json_string_value(json_object_get(v, "created")));
+    if (e->keeps_processes && xid > 0) {
+      struct dsec_job *j = shell_job(e, s, (uint64_t) xid);
+      j->req = json_pack("{s:[s], s:s}", "cmd", "/bin/sh", "stdin", "");
+      j->start = now_ms();
+    } else {
+      s->lost = "the sandbox was released: its processes ended";
+      dsec_engine_event(e, json_pack("{s:s, s:s, s:s}", "type",
+                                     "session_lost", "session", name, "cause",
+                                     s->lost));
+    }
+  }
+  sessions_state_set(e);
 }
 
 /* ---- checkpoint, suspend, resume */
@@ -506,7 +1149,7 @@ static json_t *engine_checkpoint(struct dsec_engine *e, const char *name)
                    dsec_backend_name(e->spec->backend));
     return dsec_ctl_op_error(err);
   }
-  if (e->ops->checkpoint_freezes && e->njobs > 0) {
+  if (e->ops->checkpoint_freezes && dsec_engine_busy(e) > 0) {
     dsec_fail(&err, EBUSY, "execs are running; checkpoint when they end");
     return dsec_ctl_op_error(err);
   }
@@ -590,7 +1233,9 @@ static json_t *engine_status(struct dsec_engine *e)
   int64_t mem = e->cg ? dsec_cgroup_memory_current(e->cg) : -1;
   if (mem >= 0)
     json_object_set_new(st, "memory_bytes", json_integer(mem));
-  json_object_set_new(st, "execs_running", json_integer((json_int_t) e->njobs));
+  json_object_set_new(st, "execs_running",
+                      json_integer((json_int_t) dsec_engine_busy(e)));
+  json_object_set_new(st, "sessions", json_integer((json_int_t) e->nsessions));
   json_object_set_new(st, "audit", dsec_audit_status(e->audit));
   return st;
 }
@@ -629,6 +1274,10 @@ static void client_next(struct dsec_engine *e, struct dsec_client *cl)
       r = engine_suspend(e, json_is_true(json_object_get(req, "release")));
     } else if (strcmp(op, "resume") == 0) {
       r = engine_resume(e);
+    } else if (strcmp(op, "sessions") == 0) {
+      r = sessions_list(e);
+    } else if (strcmp(op, "session_rm") == 0) {
+      r = session_remove(e, json_string_value(json_object_get(req, "name")));
     } else if (strcmp(op, "snapshot") == 0 && e->ops->snapshot) {
       r = e->ops->snapshot(e);
     } else if (strcmp(op, "shutdown") == 0) {
@@ -720,12 +1369,17 @@ static int engine_timeout_ms(struct dsec_engine *e)
     if (e->jobs[i]->deadline > 0 && !e->jobs[i]->deadline_passed &&
         (next < 0 || e->jobs[i]->deadline < next))
       next = e->jobs[i]->deadline;
+  for (size_t i = 0; i < e->nsessions; i++)
+    if (e->sessions[i]->kill_at > 0 &&
+        (next < 0 || e->sessions[i]->kill_at < next))
+      next = e->sessions[i]->kill_at;
   if (e->spec->ttl_s > 0) {
     double t = e->start_ms + (double) e->spec->ttl_s * 1000;
     if (next < 0 || t < next)
       next = t;
   }
-  if (e->spec->idle_timeout_s > 0 && e->njobs == 0 && !e->suspended) {
+  if (e->spec->idle_timeout_s > 0 && dsec_engine_busy(e) == 0 &&
+      !e->suspended) {
     double t = e->last_activity_ms + (double) e->spec->idle_timeout_s * 1000;
     if (next < 0 || t < next)
       next = t;
@@ -746,6 +1400,10 @@ static void engine_timers(struct dsec_engine *e)
     if (j->deadline <= 0 || j->deadline_passed || now < j->deadline)
       continue;
     j->deadline_passed = true;
+    if (j->sess) {
+      session_deadline(e, j);
+      continue;
+    }
     if (e->ops->deadline) {
       e->ops->deadline(e, j);
       i = (size_t) -1; /* the list may have changed: look again */
@@ -754,9 +1412,20 @@ static void engine_timers(struct dsec_engine *e)
     j->timed_out = true;
     e->ops->signal(e, j, SIGKILL);
   }
+  for (size_t i = 0; i < e->nsessions; i++) {
+    struct dsec_session *s = e->sessions[i];
+    if (s->kill_at > 0 && now >= s->kill_at && s->shell) {
+      /* the command outlived its interrupt: the shell goes with it */
+      s->kill_at = 0;
+      if (s->ncmds)
+        s->cmds[0]->kill_sig = SIGKILL;
+      e->ops->signal(e, s->shell, SIGKILL);
+    }
+  }
   if (e->spec->ttl_s > 0 && now >= e->start_ms + (double) e->spec->ttl_s * 1000)
     dsec_engine_end(e, "expired", "ttl");
-  if (e->spec->idle_timeout_s > 0 && e->njobs == 0 && !e->suspended &&
+  if (e->spec->idle_timeout_s > 0 && dsec_engine_busy(e) == 0 &&
+      !e->suspended &&
       now >= e->last_activity_ms + (double) e->spec->idle_timeout_s * 1000) {
     if (e->spec->idle_action == DSEC_IDLE_SUSPEND) {
       /* idle_action suspend: released, resumable later */
@@ -814,6 +1483,7 @@ _Noreturn void dsec_engine_serve(struct dsec_engine *e, json_t *fields,
       json_object_update(e->state, fields);
       json_decref(fields);
     }
+    sessions_adopt(e, old);
   }
   dsec_engine_write_state(e);
   dsec_engine_event(e, event);

@@ -36,6 +36,7 @@
 struct dsec_engine;
 struct dsec_job;
 struct dsec_cgroup;
+struct dsec_session;
 
 /* What the creator (dsec-run create) hands a new supervisor. */
 struct dsec_container_opts {
@@ -88,6 +89,13 @@ struct dsec_job {
   struct dsec_watch w_in;
   char *stdin_data;
   size_t stdin_len, stdin_off;
+  bool keep_stdin;        /* more input comes later (a session's shell) */
+  bool in_armed;          /* w_in is in the event loop */
+  int kill_sig;           /* what ended it at its deadline (0: SIGKILL) */
+  /* sessions: a shell (shell true, a backend job), or a command run in
+   * one (the engine's own: no backend job, priv NULL) */
+  struct dsec_session *sess;
+  bool shell;
   void *priv;             /* the backend's (freed by ops->job_free) */
 };
 
@@ -140,6 +148,10 @@ struct dsec_backend_ops {
    * the state is written, may be NULL. */
   void (*stop)(struct dsec_engine *e);
   void (*after_end)(struct dsec_engine *e);
+  /* More input for job j, started with "keep_stdin" (a session's shell);
+   * NULL: the engine writes the stdin pipe given to dsec_job_pipes. */
+  int (*input)(struct dsec_engine *e, struct dsec_job *j, const char *buf,
+               size_t len);
   /* Why this backend cannot run exclusive execs (refused as bad input),
    * or NULL. */
   const char *no_exclusive;
@@ -156,8 +168,12 @@ struct dsec_engine {
   sigset_t mask;              /* what the signalfd reads */
   struct dsec_client **clients;
   size_t nclients;
-  struct dsec_job **jobs;
-  size_t njobs;
+  struct dsec_job **jobs;     /* execs, session commands and shells */
+  size_t njobs, nshells;
+  struct dsec_session **sessions;
+  size_t nsessions;
+  bool keeps_processes;       /* restored with its processes (a VM's
+                               * memory): earlier sessions live on */
   uint64_t next_xid;
   double start_ms, last_activity_ms;
   bool suspended;             /* frozen: execs wait for resume */
@@ -209,6 +225,9 @@ void dsec_engine_event_first(struct dsec_engine *e, json_t *ev,
                              enum dsec_audit_kind kind, const void *key,
                              size_t len);
 void dsec_engine_write_state(struct dsec_engine *e);
+
+/* What runs: the jobs but sessions' idle shells. */
+size_t dsec_engine_busy(const struct dsec_engine *e);
 
 /* A job by the engine's number, or NULL. */
 struct dsec_job *dsec_engine_job(struct dsec_engine *e, uint64_t xid);

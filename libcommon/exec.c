@@ -3,6 +3,7 @@
 
 #include "exec.h"
 
+#include <ctype.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <math.h>
@@ -101,7 +102,43 @@ int dsec_exec_request_check(json_t *req, char **why)
     *why = xstrdup("`exclusive` must be true or false");
     return -1;
   }
+  v = json_object_get(req, "session");
+  if (v && !json_is_null(v)) {
+    const char *in = json_string_value(json_object_get(req, "stdin"));
+    if (!dsec_session_name_ok(json_string_value(v))) {
+      *why = xstrdup("`session` must be a name of 1 to 64 letters, digits, "
+                     "`.`, `_` or `-`");
+      return -1;
+    }
+    if (json_array_size(cmd) != 1) {
+      *why = xstrdup("a session command is one command line: `cmd` must "
+                     "hold one string");
+      return -1;
+    }
+    if (in && *in) {
+      *why = xstrdup("a session command reads no `stdin` (the session's "
+                     "shell reads the commands): pipe into a plain exec, "
+                     "or copy a file in");
+      return -1;
+    }
+    if (json_is_true(json_object_get(req, "exclusive"))) {
+      *why = xstrdup("a session command runs in its session's shell: it "
+                     "cannot be exclusive");
+      return -1;
+    }
+  }
   return 0;
+}
+
+bool dsec_session_name_ok(const char *name)
+{
+  size_t n = name ? strlen(name) : 0;
+  if (n == 0 || n > 64)
+    return false;
+  for (size_t i = 0; i < n; i++)
+    if (!isalnum((unsigned char) name[i]) && !strchr("._-", name[i]))
+      return false;
+  return true;
 }
 
 json_t *dsec_exec_request_record(json_t *req, const char *default_workdir,
@@ -125,6 +162,8 @@ json_t *dsec_exec_request_record(json_t *req, const char *default_workdir,
   /* recorded only when asked for: earlier records stay what they were */
   if (json_is_true(json_object_get(req, "exclusive")))
     json_object_set_new(rec, "exclusive", json_true());
+  if (json_is_string(json_object_get(req, "session")))
+    json_object_set(rec, "session", json_object_get(req, "session"));
   return rec;
 }
 

@@ -15,6 +15,8 @@ struct dsec_audit;
 
 /* 0 when req is a well-formed exec request, else -1 and *why (new). */
 int dsec_exec_request_check(json_t *req, char **why);
+/* A session's name: 1 to 64 of [A-Za-z0-9._-]. */
+bool dsec_session_name_ok(const char *name);
 
 /* The request as it will run and as the trajectory records it: cmd,
  * stdin, workdir (default_workdir when the request has none), env,

@@ -1212,12 +1212,25 @@ static void vm_deadline(struct dsec_engine *e, struct dsec_job *j)
   dsec_job_finish(e, j, &end);
 }
 
-/* kill: every process of the guest (the agent has no finer way). */
+/* sig to one exec's process group in the guest, or to every process of
+ * the guest. */
 static void vm_signal(struct dsec_engine *e, struct dsec_job *j, int sig)
 {
   struct vm *v = e->b;
-  (void) j;
-  agent_send(v, json_pack("{s:s, s:i}", "op", "kill", "signal", sig), NULL, 0);
+  json_t *m = json_pack("{s:s, s:i}", "op", "kill", "signal", sig);
+  if (j)
+    json_object_set_new(m, "id", json_integer((json_int_t) j->xid));
+  agent_send(v, m, NULL, 0);
+}
+
+/* More input for an exec that keeps its stdin open (a session's shell). */
+static int vm_input(struct dsec_engine *e, struct dsec_job *j, const char *buf,
+                    size_t len)
+{
+  struct vm *v = e->b;
+  return agent_send(v, json_pack("{s:s, s:I, s:I}", "op", "stdin", "id",
+                                 (json_int_t) j->xid, "stdin_len",
+                                 (json_int_t) len), buf, len);
 }
 
 /* Acts on the whole messages the agent sent (results). */
@@ -1414,7 +1427,7 @@ static json_t *vm_release(struct dsec_engine *e, bool *ended)
   double t0 = dsec_now_ms();
   off_t size;
 
-  if (v->e->njobs > 0) {
+  if (dsec_engine_busy(v->e) > 0) {
     dsec_fail(&err, EBUSY, "execs are running; suspend when they end");
     return dsec_ctl_op_error(err);
   }
@@ -1450,7 +1463,7 @@ static json_t *vm_snapshot(struct dsec_engine *e)
   _cleanup_free_ char *mine = xasprintf("%s/disk.img", v->e->dir);
   double t0 = dsec_now_ms();
 
-  if (v->e->njobs > 0) {
+  if (dsec_engine_busy(v->e) > 0) {
     dsec_fail(&err, EBUSY, "execs are running; fork when they end");
     return dsec_ctl_op_error(err);
   }
@@ -1626,6 +1639,7 @@ static const struct dsec_backend_ops vm_ops = {
   .exec = vm_exec,
   .deadline = vm_deadline,
   .signal = vm_signal,
+  .input = vm_input,
   .freeze = vm_freeze,
   .checkpoint = vm_checkpoint,
   .checkpoint_freezes = true,
@@ -1944,6 +1958,8 @@ _Noreturn void dsec_vm_supervisor_main(struct dsec_container_opts *o)
   json_decref(ready);
   dsec_vm_boot_free(&boot);
   dsec_store_free(store);
+  /* restored with its memory: its sessions' shells live on */
+  e->keeps_processes = o->restore != NULL;
   dsec_engine_serve(e, fields,
                     o->restore
                       ? json_pack("{s:s, s:s, s:s}", "type", "resumed", "from",

@@ -494,6 +494,7 @@ struct job {
   double exited_at;  /* 0: still running */
   int status;
   bool timed_out;
+  bool keep_stdin;   /* more comes ("stdin" messages): a session's shell */
   uint64_t oom_before;
   struct job *next;
 };
@@ -598,12 +599,17 @@ static void job_start(json_t *req, const char *stdin_buf, size_t stdin_len)
                                .stream = stream,
                                .cap = cap > 0 ? (size_t) cap : 0 };
   }
+  j->keep_stdin = json_is_true(json_object_get(req, "keep_stdin"));
+  if (j->keep_stdin) {
+    fcntl(in[1], F_SETFL, O_NONBLOCK);
+    j->in_fd = in[1];
+  }
   if (stdin_len && (j->in = malloc(stdin_len))) {
     memcpy(j->in, stdin_buf, stdin_len);
     j->in_len = stdin_len;
     fcntl(in[1], F_SETFL, O_NONBLOCK);
     j->in_fd = in[1];
-  } else {
+  } else if (!j->keep_stdin) {
     close(in[1]);
     j->in_fd = -1;
   }
@@ -628,9 +634,17 @@ static void capture_read(struct capture *c)
       return;
     }
     {
-      size_t kept = dsec_guest_capture_add(&c->k, buf, (size_t) n, c->cap);
-      /* a streamed exec's output goes as it comes, what its cap keeps;
-       * the result then carries only the counts */
+      /* a streamed exec's output goes as it comes, what its cap keeps
+       * (nothing stays here); the result then carries only the counts */
+      size_t kept;
+      if (c->stream) {
+        kept = c->k.total < c->cap ? (size_t) n < c->cap - c->k.total
+                                       ? (size_t) n
+                                       : (size_t) (c->cap - c->k.total)
+                                   : 0;
+        c->k.total += (size_t) n;
+      } else
+        kept = dsec_guest_capture_add(&c->k, buf, (size_t) n, c->cap);
       if (c->stream && kept)
         send_msg(json_pack("{s:s, s:I, s:I}", "op", "output", "id", c->job,
                            c->no == 2 ? "stderr_len" : "stdout_len",
@@ -686,6 +700,13 @@ static void stdin_write(struct job *j)
     if (n <= 0)
       break;
     j->in_off += (size_t) n;
+  }
+  if (j->in_fd >= 0 && j->keep_stdin && j->in_off == j->in_len) {
+    /* all written: the next "stdin" message brings more */
+    free(j->in);
+    j->in = NULL;
+    j->in_len = j->in_off = 0;
+    return;
   }
   if (j->in_fd >= 0) {
     close(j->in_fd);
@@ -1228,7 +1249,28 @@ static void handle(json_t *req, const char *payload, size_t plen)
                        "kernel", u.release), NULL, 0, NULL, 0);
   } else if (strcmp(op, "kill") == 0) {
     int sig = (int) json_integer_value(json_object_get(req, "signal"));
-    kill(-1, sig > 0 && sig < NSIG ? sig : SIGKILL);
+    sig = sig > 0 && sig < NSIG ? sig : SIGKILL;
+    if (id) {
+      /* one exec's processes (its process group) */
+      for (struct job *j = jobs; j; j = j->next)
+        if (j->id == json_integer_value(id) && !j->exited_at)
+          kill(-j->pid, sig);
+    } else
+      kill(-1, sig);
+  } else if (strcmp(op, "stdin") == 0) {
+    /* more input for a session's shell */
+    for (struct job *j = jobs; j; j = j->next)
+      if (j->id == json_integer_value(id) && j->keep_stdin && j->in_fd >= 0 &&
+          plen > 0) {
+        char *more = realloc(j->in, j->in_len + plen);
+        if (!more)
+          break;
+        memcpy(more + j->in_len, payload, plen);
+        j->in = more;
+        j->in_len += plen;
+        stdin_write(j);
+        break;
+      }
   } else if (strcmp(op, "sync") == 0) {
     sync();
     send_msg(json_pack("{s:s, s:O}", "op", "synced", "id", id ? id : json_null()),
@@ -1385,7 +1427,7 @@ static void serve(void)
         who[n] = j, pf[n++] = (struct pollfd){ j->out.fd, POLLIN, 0 };
       if (j->err.fd >= 0)
         who[n] = j, pf[n++] = (struct pollfd){ j->err.fd, POLLIN, 0 };
-      if (j->in_fd >= 0)
+      if (j->in_fd >= 0 && j->in_off < j->in_len)
         who[n] = j, pf[n++] = (struct pollfd){ j->in_fd, POLLOUT, 0 };
     }
     timeout = next < 0 ? -1 : next <= now ? 0 : (int) (next - now) + 1;

@@ -70,6 +70,7 @@ enum {
   OPT_SIZE,
   OPT_EXCLUSIVE,
   OPT_STREAM,
+  OPT_SESSION,
   OPT_END,
 };
 
@@ -101,6 +102,7 @@ static const struct option long_options[] = {
   { "result", required_argument, NULL, OPT_RESULT },
   { "rm", no_argument, NULL, OPT_RM },
   { "seq", required_argument, NULL, OPT_SEQ },
+  { "session", required_argument, NULL, OPT_SESSION },
   { "size", required_argument, NULL, OPT_SIZE },
   { "spec", required_argument, NULL, OPT_SPEC },
   { "stdin", required_argument, NULL, OPT_STDIN },
@@ -141,6 +143,8 @@ static void help(const struct dsec_front *front)
          "  serve                                JSON Lines requests on stdin,\n"
          "                                       answers with their rid on stdout\n"
          "  kill ID [SIGNAL]                     signal every process in it\n"
+         "  session ls ID [NAME]                 the sandbox's sessions\n"
+         "  session rm ID [NAME]                 end a session (all without NAME)\n"
          "\n"
          "Create options (a flag overrides the same field of --spec):\n"
          "      --backend=B        %s\n"
@@ -178,6 +182,9 @@ static void help(const struct dsec_front *front)
          "      --result=FILE      (run) also write the JSON result to FILE\n"
          "      --rm               (run) remove the sandbox afterwards\n"
          "      --seq=N            the request's sequence number\n"
+         "      --session=NAME     (exec) run the command line in the persistent\n"
+         "                         shell NAME (made on first use): cd, export,\n"
+         "                         variables and functions persist\n"
          "      --size=N           (pool) how many to keep ready (default 4)\n"
          "      --stdin=FILE       the command's standard input\n"
          "      --stream           (exec) output records as the output comes, "
@@ -504,6 +511,12 @@ static int parse(int argc, char **argv, struct opts *o, bool *exit_now)
       break;
     case OPT_STREAM:
       json_object_set_new(o->exec, "stream", json_true());
+      break;
+    case OPT_SESSION:
+      if (!dsec_session_name_ok(optarg))
+        return dsec_usage_error("--session takes a name of 1 to 64 letters, "
+                                "digits, `.`, `_` or `-`");
+      json_object_set_new(o->exec, "session", json_string(optarg));
       break;
     case OPT_REQUESTS:
       o->requests = optarg;
@@ -947,13 +960,16 @@ static int create_sandbox(json_t *spec_in, const char *reuse_id,
                    (int) pid, "supervisor_start",
                    (json_int_t) dsec_process_starttime(pid));
     if (reuse_id) {
-      /* a resumed sandbox keeps the time it was first created, and the
-       * counts of what its audit log dropped */
+      /* a resumed sandbox keeps the time it was first created, the
+       * counts of what its audit log dropped, and its sessions (adopted
+       * where its processes live on, else reported lost) */
       _cleanup_json_ json_t *old = dsec_sandbox_state_read(id, NULL);
+      static const char *const kept[] = { "audit", "sessions" };
       if (json_is_string(json_object_get(old, "created")))
         json_object_set(st, "created", json_object_get(old, "created"));
-      if (json_is_object(json_object_get(old, "audit")))
-        json_object_set(st, "audit", json_object_get(old, "audit"));
+      for (size_t k = 0; k < ARRAY_SIZE(kept); k++)
+        if (json_is_object(json_object_get(old, kept[k])))
+          json_object_set(st, kept[k], json_object_get(old, kept[k]));
     }
     if (ret == 0) {
       text = json_dumps(st, JSON_COMPACT);
@@ -1118,8 +1134,20 @@ static json_t *exec_request(struct opts *o, struct dsec_error **err)
 {
   json_t *req = json_deep_copy(o->exec);
   json_t *cmd = json_array();
-  for (int i = 0; i < o->ncmd; i++)
-    json_array_append_new(cmd, json_string(o->cmd[i]));
+  if (json_object_get(req, "session")) {
+    /* one command line: the words joined, as ssh does */
+    size_t n = 1;
+    char *line, *p;
+    for (int i = 0; i < o->ncmd; i++)
+      n += strlen(o->cmd[i]) + 1;
+    p = line = xzalloc(n);
+    for (int i = 0; i < o->ncmd; i++)
+      p = stpcpy(stpcpy(p, i ? " " : ""), o->cmd[i]);
+    json_array_append_new(cmd, json_string(line));
+    free(line);
+  } else
+    for (int i = 0; i < o->ncmd; i++)
+      json_array_append_new(cmd, json_string(o->cmd[i]));
   json_object_set_new(req, "cmd", cmd);
   if (o->stdin_file) {
     size_t len;
@@ -1669,6 +1697,62 @@ static json_t *supervisor_op(const char *id, json_t *req,
   return res;
 }
 
+/* ---- sessions */
+
+/* session ls ID [NAME], session rm ID [NAME]: the sandbox's sessions, or
+ * the one named; rm without NAME ends them all.  One record per line. */
+static int do_session(struct opts *o, const char *what, const char *id_arg,
+                      const char *name, struct dsec_error **err)
+{
+  _cleanup_free_ char *id = NULL;
+  _cleanup_json_ json_t *list = NULL;
+  json_t *all, *one;
+  size_t i;
+
+  if (strcmp(what, "ls") != 0 && strcmp(what, "rm") != 0)
+    return dsec_error_set(err, DSEC_EXIT_USAGE, 0,
+                          "session: give ls or rm, then the sandbox ID");
+  if (name && !dsec_session_name_ok(name))
+    return dsec_bad_input(err, "`%s` is not a session name", name);
+  (void) o;
+  id = dsec_sandbox_resolve(id_arg, err);
+  if (!id)
+    return -1;
+  if (strcmp(what, "rm") == 0 && name) {
+    json_t *r = supervisor_op(id, json_pack("{s:s, s:s}", "op", "session_rm",
+                                            "name", name), err);
+    return r ? dsec_json_print_new(r, err) : -1;
+  }
+  list = supervisor_op(id, json_pack("{s:s}", "op", "sessions"), err);
+  if (!list)
+    return -1;
+  all = json_object_get(list, "sessions");
+  if (strcmp(what, "ls") == 0) {
+    if (name) {
+      json_t *keep = json_array();
+      json_array_foreach(all, i, one)
+        if (strcmp(json_string_value(json_object_get(one, "name")) ?: "",
+                   name) == 0)
+          json_array_append(keep, one);
+      if (json_array_size(keep) == 0) {
+        json_decref(keep);
+        return dsec_fail(err, ENOENT, "no session %s in sandbox %s", name, id);
+      }
+      json_object_set_new(list, "sessions", keep);
+    }
+    return dsec_json_print(list, err);
+  }
+  json_array_foreach(all, i, one)
+  {
+    const char *n = json_string_value(json_object_get(one, "name"));
+    json_t *r = supervisor_op(id, json_pack("{s:s, s:s}", "op", "session_rm",
+                                            "name", n ?: ""), err);
+    if (!r || dsec_json_print_new(r, err) < 0)
+      return -1;
+  }
+  return 0;
+}
+
 /* The checkpoint a fork or resume starts from: a new one of a running
  * sandbox, or the one a released sandbox left.  New string. */
 static char *checkpoint_of(const char *id, struct dsec_error **err)
@@ -1984,7 +2068,8 @@ static _Noreturn void serve_child(const struct dsec_front *front, json_t *req)
 
   static const char *const ops[] = { "create", "exec",  "ps",   "inspect",
                                      "rm",     "kill",  "checkpoint",
-                                     "suspend", "resume", "fork", NULL };
+                                     "suspend", "resume", "fork",
+                                     "sessions", "session_rm", NULL };
   bool known = false;
 
   o.front = front;
@@ -2057,7 +2142,14 @@ static _Noreturn void serve_child(const struct dsec_front *front, json_t *req)
     ret = do_suspend(&o, &err);
   } else if (strcmp(op, "resume") == 0)
     ret = do_resume(&o, &err);
-  else if (strcmp(op, "fork") == 0) {
+  else if (strcmp(op, "sessions") == 0 || strcmp(op, "session_rm") == 0) {
+    const char *name = json_string_value(json_object_get(req, "name"));
+    if (json_object_get(req, "name") && !name)
+      ret = dsec_bad_input(&err, "%s: `name` must be a string", op);
+    else
+      ret = do_session(&o, strcmp(op, "sessions") ? "rm" : "ls", id_arg, name,
+                       &err);
+  } else if (strcmp(op, "fork") == 0) {
     json_int_t n = json_integer_value(json_object_get(req, "count"));
     o.count = n > 0 && n <= 1024 ? (int) n : 1;
     ret = do_fork(&o, &err);
@@ -2435,13 +2527,15 @@ VERB_NOSTATUS(resume, do_resume(o, err))
 VERB_NOSTATUS(fork, do_fork(o, err))
 VERB_NOSTATUS(serve, do_serve(o->front, err))
 VERB_NOSTATUS(pool, do_pool(o, err))
+VERB_NOSTATUS(session, do_session(o, o->args[0], o->args[1],
+                                  o->nargs > 2 ? o->args[2] : NULL, err))
 
 static const struct verb verbs[] = {
   { "create", verb_create, CREATE_OPTS | O(OPT_NAME), 0, 0, NO_CMD, false,
     "create takes no arguments" },
   { "exec", verb_exec,
     O(OPT_ENV) | O(OPT_WORKDIR) | EXEC_OPTS | O(OPT_REQUESTS) |
-      O(OPT_EXCLUSIVE) | O(OPT_STREAM),
+      O(OPT_EXCLUSIVE) | O(OPT_STREAM) | O(OPT_SESSION),
     1, 1, MAY_CMD, true, "exec: give one sandbox ID" },
   { "run", do_run,
     CREATE_OPTS | O(OPT_NAME) | EXEC_OPTS | O(OPT_RM) | O(OPT_ATTACH) |
@@ -2470,6 +2564,8 @@ static const struct verb verbs[] = {
     "serve takes no arguments (requests come on standard input)" },
   { "pool", verb_pool, CREATE_OPTS | O(OPT_SIZE), 0, 0, NO_CMD, false,
     "pool takes no arguments" },
+  { "session", verb_session, 0, 2, 3, NO_CMD, false,
+    "session: give ls|rm ID [NAME]" },
 };
 
 static const struct verb *find_verb(const char *name)
