@@ -64,6 +64,44 @@ int dsec_conn_send(struct dsec_conn *c, json_t *req, struct dsec_error **err)
   return 0;
 }
 
+int dsec_conn_send_fd(struct dsec_conn *c, json_t *req, int fd,
+                      struct dsec_error **err)
+{
+  _cleanup_free_ char *text = json_dumps(req, JSON_COMPACT);
+  _cleanup_free_ char *line = text ? xasprintf("%s\n", text) : NULL;
+  union {
+    struct cmsghdr h;
+    char b[CMSG_SPACE(sizeof(int))];
+  } cb;
+  struct iovec iov;
+  struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1,
+                       .msg_control = cb.b, .msg_controllen = sizeof cb.b };
+  struct cmsghdr *h;
+  size_t len;
+  ssize_t n;
+
+  if (!line)
+    return dsec_fail(err, ENOMEM, "cannot send the request");
+  len = strlen(line);
+  iov = (struct iovec){ line, len };
+  memset(&cb, 0, sizeof cb);
+  h = CMSG_FIRSTHDR(&mh);
+  h->cmsg_level = SOL_SOCKET;
+  h->cmsg_type = SCM_RIGHTS;
+  h->cmsg_len = CMSG_LEN(sizeof(int));
+  memcpy(CMSG_DATA(h), &fd, sizeof fd);
+  do
+    n = sendmsg(c->fd, &mh, MSG_NOSIGNAL);
+  while (n < 0 && errno == EINTR);
+  if (n < 0)
+    return dsec_fail(err, errno, "cannot send the request");
+  /* the rest, if the socket took only part */
+  if ((size_t) n < len && dsec_write_all(c->fd, line + n, len - (size_t) n,
+                                         err) < 0)
+    return dsec_error_wrap(err, "cannot send the request");
+  return 0;
+}
+
 json_t *dsec_conn_recv(struct dsec_conn *c, struct dsec_error **err)
 {
   for (;;) {

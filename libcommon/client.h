@@ -15,6 +15,9 @@ int dsec_conn_open(const char *id, struct dsec_conn **out,
 void dsec_conn_close(struct dsec_conn *c);
 /* Sends one request (does not steal). */
 int dsec_conn_send(struct dsec_conn *c, json_t *req, struct dsec_error **err);
+/* The same, passing fd (a copy's pipe) with it. */
+int dsec_conn_send_fd(struct dsec_conn *c, json_t *req, int fd,
+                      struct dsec_error **err);
 /* Reads the next answer (new ref); NULL with an error at EOF. */
 json_t *dsec_conn_recv(struct dsec_conn *c, struct dsec_error **err);
 /* send + recv. */

@@ -452,10 +452,10 @@ static int install_filter(struct init_ctx *c, uint64_t xid)
 }
 
 static void drop_privileges(struct init_ctx *c, uid_t uid, gid_t gid,
-                            uint64_t xid)
+                            uint64_t xid, uint32_t keep)
 {
   struct __user_cap_header_struct h = { _LINUX_CAPABILITY_VERSION_3, 0 };
-  struct __user_cap_data_struct d[2] = { { 0 } };
+  struct __user_cap_data_struct d[2] = { { keep, keep, 0 } };
 
   for (int cap = 0; cap <= c->last_cap; cap++)
     prctl(PR_CAPBSET_DROP, cap, 0, 0, 0);
@@ -581,6 +581,7 @@ struct exec_run {
   struct init_ctx *c;
   uint64_t xid;
   int life; /* the relay's pipe (call_enter), or -1 */
+  uint32_t caps; /* kept (the sandbox's root copying files), else 0 */
 };
 
 static void exec_enter(void *ud, const char *cwd)
@@ -595,7 +596,7 @@ static void exec_enter(void *ud, const char *cwd)
 static void exec_drop(void *ud, uid_t uid, gid_t gid)
 {
   struct exec_run *r = ud;
-  drop_privileges(r->c, uid, gid, r->xid);
+  drop_privileges(r->c, uid, gid, r->xid, uid == 0 ? r->caps : 0);
 }
 
 static void exec_last(void *ud)
@@ -614,8 +615,14 @@ static void exec_last(void *ud)
 static void init_exec_child(struct init_ctx *c, json_t *req, int *fds)
 {
   struct exec_run r = {
-    c, (uint64_t) json_integer_value(json_object_get(req, "xid")), -1
+    c, (uint64_t) json_integer_value(json_object_get(req, "xid")), -1, 0
   };
+  /* dsec's copies run as the sandbox's root with what a root's cp needs,
+   * in the sandbox's user namespace only (no process of the sandbox can
+   * trace a process with capabilities it lacks) */
+  if (json_string_value(json_object_get(req, "builtin")))
+    r.caps = 1u << CAP_CHOWN | 1u << CAP_DAC_OVERRIDE |
+             1u << CAP_DAC_READ_SEARCH | 1u << CAP_FOWNER | 1u << CAP_FSETID;
   struct dsec_guest_exec x = {
     .fds = { fds[0], fds[1], fds[2] },
     /* init's socket, until the filter's listener is handed over */

@@ -62,7 +62,32 @@ int dsec_ctl_read(struct dsec_ctl_client *c)
       c->cap = c->cap ? c->cap * 2 : 131072;
       c->in = xrealloc(c->in, c->cap);
     }
-    n = read(c->fd, c->in + c->len, c->cap - c->len);
+    {
+      /* a copy's pipe comes with its request */
+      union {
+        struct cmsghdr h;
+        char b[CMSG_SPACE(sizeof(int) * 4)];
+      } cb;
+      struct iovec iov = { c->in + c->len, c->cap - c->len };
+      struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1,
+                           .msg_control = cb.b, .msg_controllen = sizeof cb.b };
+      n = recvmsg(c->fd, &mh, MSG_CMSG_CLOEXEC);
+      for (struct cmsghdr *h = n >= 0 ? CMSG_FIRSTHDR(&mh) : NULL; h;
+           h = CMSG_NXTHDR(&mh, h)) {
+        size_t nf;
+        if (h->cmsg_level != SOL_SOCKET || h->cmsg_type != SCM_RIGHTS)
+          continue;
+        nf = (h->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+        for (size_t i = 0; i < nf; i++) {
+          int fd;
+          memcpy(&fd, CMSG_DATA(h) + i * sizeof fd, sizeof fd);
+          if (c->nfds < ARRAY_SIZE(c->fds))
+            c->fds[c->nfds++] = fd;
+          else
+            close(fd);
+        }
+      }
+    }
     if (n < 0 && errno == EINTR)
       continue;
     if (n < 0 && errno == EAGAIN)
@@ -73,6 +98,22 @@ int dsec_ctl_read(struct dsec_ctl_client *c)
     }
     c->len += (size_t) n;
   }
+}
+
+int dsec_ctl_take_fd(struct dsec_ctl_client *c)
+{
+  int fd;
+  if (c->nfds == 0)
+    return -1;
+  fd = c->fds[0];
+  memmove(c->fds, c->fds + 1, sizeof *c->fds * --c->nfds);
+  return fd;
+}
+
+void dsec_ctl_close_fds(struct dsec_ctl_client *c)
+{
+  while (c->nfds > 0)
+    close(c->fds[--c->nfds]);
 }
 
 int dsec_ctl_next(struct dsec_ctl_client *c, json_t **req)

@@ -17,6 +17,8 @@ struct dsec_ctl_client {
   char *in;
   size_t len, cap;
   bool eof;
+  int fds[4];     /* descriptors the client passed (SCM_RIGHTS), oldest first */
+  size_t nfds;
 };
 
 /* Listens on run_dir/ctl.sock (run_fd is that directory, so a long path
@@ -30,6 +32,11 @@ int dsec_ctl_accept(int lsock);
 /* Reads what the client sent.  0, or -1 when its request grew past
  * 64 MiB (answered; the caller closes it).  Sets eof at its end. */
 int dsec_ctl_read(struct dsec_ctl_client *c);
+
+/* The oldest descriptor the client passed (taken), or -1. */
+int dsec_ctl_take_fd(struct dsec_ctl_client *c);
+/* Closes the descriptors it passed that no request took. */
+void dsec_ctl_close_fds(struct dsec_ctl_client *c);
 
 /* The next request (1, *req a new object), none complete yet (0).  A line
  * that is no JSON object is answered with an error here and skipped. */

@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <poll.h>
 #include <sys/epoll.h>
 #include <sys/prctl.h>
 #include <sys/random.h>
@@ -17,6 +18,8 @@
 #include <unistd.h>
 
 #include "cgroup.h"
+#include "copy.h"
+#include "digest.h"
 #include "fsutil.h"
 #include "log.h"
 #include "process.h"
@@ -172,6 +175,7 @@ static void client_close(struct dsec_engine *e, struct dsec_client *cl)
   if (cl->c.fd >= 0)
     close(cl->c.fd);
   cl->c.fd = -1;
+  dsec_ctl_close_fds(&cl->c);
   cl->w.dead = true;
   free(cl->c.in);
   cl->c.in = NULL;
@@ -210,8 +214,12 @@ static void accept_clients(struct dsec_engine *e, void *p, uint32_t events)
 
 /* ---- execs */
 
+#define COPY_PIPE_SIZE (1 << 20)
+
 static void session_output(struct dsec_session *s, int no, const char *buf,
                            size_t n);
+static void copy_out_data(struct dsec_job *j, const char *buf, size_t n);
+static void copy_resume(struct dsec_engine *e, struct dsec_job *j);
 
 /* Output of an exec: kept within the cap; a streaming client gets what
  * the cap keeps, no more (the result counts the rest).  A session's
@@ -225,8 +233,13 @@ static void capture_add(struct dsec_job *j, struct dsec_capture *c,
       session_output(j->sess, c == &j->err, buf, n);
     return;
   }
+  if (j->copy && c == &j->out) {
+    copy_out_data(j, buf, n);
+    return;
+  }
   dsec_guest_capture_add(&c->k, buf, n, (size_t) j->cap);
-  if (j->stream && j->cl && n > 0 && before < j->cap) {
+  /* a copy's job streams for a VM's agent, never to the client */
+  if (j->stream && j->cl && !j->copy && n > 0 && before < j->cap) {
     size_t send = (uint64_t) n < j->cap - before ? n : (size_t) (j->cap - before);
     json_t *m = dsec_exec_output(c->name, buf, send);
     client_write(j->cl, m);
@@ -236,7 +249,7 @@ static void capture_add(struct dsec_job *j, struct dsec_capture *c,
 
 static void capture_read(struct dsec_capture *c)
 {
-  char buf[65536];
+  static char buf[1u << 18];
   if (c->fd < 0)
     return;
   for (;;) {
@@ -277,14 +290,37 @@ static void stdin_writable(struct dsec_engine *e, void *p, uint32_t events)
   }
   epoll_ctl(e->epfd, EPOLL_CTL_DEL, j->in_fd, NULL);
   j->in_armed = false;
-  if (j->keep_stdin && j->stdin_off == j->stdin_len) {
+  if (j->keep_stdin && j->stdin_off == j->stdin_len && !j->in_eof) {
     /* all written: more may come (job_input) */
     j->stdin_off = j->stdin_len = 0;
+    if (j->copy)
+      copy_resume(e, j);
     return;
   }
   close(j->in_fd);
   j->in_fd = -1;
   j->w_in.dead = true;
+}
+
+/* No more input for a job that kept its stdin open: closed once what
+ * waits is written. */
+static void job_input_end(struct dsec_engine *e, struct dsec_job *j)
+{
+  if (e->ops->input) {
+    e->ops->input(e, j, NULL, 0);
+    return;
+  }
+  j->in_eof = true;
+  if (!j->in_armed && j->in_fd >= 0) {
+    close(j->in_fd);
+    j->in_fd = -1;
+  }
+}
+
+/* What waits to be written to a job's stdin. */
+static size_t job_backlog(struct dsec_job *j)
+{
+  return j->stdin_len - j->stdin_off;
 }
 
 /* More input for a job that keeps its stdin open (a session's shell). */
@@ -297,6 +333,8 @@ static void job_input(struct dsec_engine *e, struct dsec_job *j,
   }
   if (j->in_fd < 0)
     return; /* the shell is gone: its end answers */
+  if (j->stdin_off > 0 && j->stdin_off == j->stdin_len)
+    j->stdin_off = j->stdin_len = 0;
   j->stdin_data = xrealloc(j->stdin_data, j->stdin_len + len);
   memcpy(j->stdin_data + j->stdin_len, buf, len);
   j->stdin_len += len;
@@ -314,6 +352,10 @@ void dsec_job_pipes(struct dsec_engine *e, struct dsec_job *j, int out,
 
   j->out.fd = out;
   j->err.fd = err;
+  if (j->copy) {
+    /* a copy's stream: fewer, larger reads and writes */
+    fcntl(j->keep_stdin ? in : out, F_SETPIPE_SZ, COPY_PIPE_SIZE);
+  }
   fcntl(out, F_SETFL, O_NONBLOCK);
   fcntl(err, F_SETFL, O_NONBLOCK);
   j->out.w = (struct dsec_watch){ capture_readable, &j->out, false };
@@ -345,8 +387,12 @@ void dsec_job_output(struct dsec_engine *e, struct dsec_job *j, int stream,
     c->k.total = total;
 }
 
+static void copy_free(struct dsec_engine *e, struct dsec_job *j);
+
 static void job_free(struct dsec_engine *e, struct dsec_job *j)
 {
+  if (j->copy)
+    copy_free(e, j);
   if (e->ops->job_free)
     e->ops->job_free(e, j);
   if (j->out.fd >= 0)
@@ -368,6 +414,8 @@ static void job_free(struct dsec_engine *e, struct dsec_job *j)
 
 static void session_shell_ended(struct dsec_engine *e, struct dsec_job *j,
                                 const struct dsec_job_end *end);
+static void copy_finish(struct dsec_engine *e, struct dsec_job *j,
+                        const struct dsec_job_end *end);
 
 static void jobs_remove(struct dsec_engine *e, struct dsec_job *j)
 {
@@ -392,6 +440,10 @@ void dsec_job_finish(struct dsec_engine *e, struct dsec_job *j,
     e->nshells--;
     session_shell_ended(e, j, end);
     job_free(e, j);
+    return;
+  }
+  if (j->copy) {
+    copy_finish(e, j, end);
     return;
   }
   if (end->error)
@@ -1124,6 +1176,449 @@ static void sessions_adopt(struct dsec_engine *e, json_t *old)
   sessions_state_set(e);
 }
 
+
+/* ---- copies (dsec-run cp)
+ *
+ * A copy is a job of dsec's own builtins (see guest.h) in the sandbox, as
+ * its root: copy_in makes a copy stream at its destination, copy_out
+ * writes its source as one.  The stream passes through here between the
+ * job and the client's pipe (passed with the request), and is read as it
+ * passes: checked, counted, and hashed into the copy's digest (its
+ * entries' kinds, modes, paths, link targets and data; not owners or
+ * times).  A copy out is bounded by the sandbox's disk limit.  Each copy
+ * is a trajectory record; an upload at a recorded seq is read, not made:
+ * the same digest replays the recorded answer, another is a conflict. */
+
+#define COPY_BACKLOG_MAX (2u << 20)  /* a copy in waits for the sandbox */
+#define COPY_WRITE_TIMEOUT_MS 60000  /* a client that stops reading */
+
+struct dsec_copy_job {
+  struct dsec_engine *e;
+  bool in;                 /* upload */
+  int fd;                  /* the client's pipe */
+  struct dsec_watch w;
+  bool watching, eof, bad;
+  struct dsec_copy_parser *p;
+  struct dsec_sha256 *h;
+  uint64_t bytes, files, limit;
+  char why[DSEC_COPY_WHY];
+  json_t *recorded;        /* an upload at a recorded seq: its answer */
+  bool replayed;           /* a download at a recorded seq: run again */
+};
+
+static void h_u32(struct dsec_sha256 *h, uint32_t v)
+{
+  unsigned char b[4] = { v >> 24, v >> 16, v >> 8, v };
+  dsec_sha256_update(h, b, 4);
+}
+
+static int hash_entry(void *ud, const struct dsec_copy_entry *en)
+{
+  struct dsec_copy_job *c = ud;
+  unsigned char k = (unsigned char) en->kind;
+  dsec_sha256_update(c->h, &k, 1);
+  h_u32(c->h, en->mode);
+  dsec_sha256_update(c->h, en->path, strlen(en->path) + 1);
+  if (en->target)
+    dsec_sha256_update(c->h, en->target, strlen(en->target) + 1);
+  if (en->kind == 'f')
+    c->files++;
+  return 0;
+}
+
+static int hash_data(void *ud, const char *buf, size_t n)
+{
+  struct dsec_copy_job *c = ud;
+  dsec_sha256_update(c->h, buf, n);
+  c->bytes += n;
+  if (c->limit && c->bytes > c->limit) {
+    snprintf(c->why, sizeof c->why, "the copy is larger than the sandbox's "
+             "disk limit");
+    return -1;
+  }
+  return 0;
+}
+
+static int hash_file_end(void *ud)
+{
+  struct dsec_copy_job *c = ud;
+  h_u32(c->h, 0xffffffffu);
+  return 0;
+}
+
+static const struct dsec_copy_ops hash_ops = {
+  NULL, hash_entry, hash_data, hash_file_end, NULL,
+};
+
+static void copy_watch(struct dsec_copy_job *c, bool on)
+{
+  if (on == c->watching || c->fd < 0)
+    return;
+  if (on)
+    c->watching = dsec_engine_watch(c->e, c->fd, EPOLLIN, &c->w) == 0;
+  else {
+    epoll_ctl(c->e->epfd, EPOLL_CTL_DEL, c->fd, NULL);
+    c->watching = false;
+  }
+}
+
+static void copy_free(struct dsec_engine *e, struct dsec_job *j)
+{
+  struct dsec_copy_job *c = j->copy;
+  copy_watch(c, false);
+  if (c->fd >= 0)
+    close(c->fd);
+  c->w.dead = true;
+  dsec_copy_parser_free(c->p);
+  dsec_sha256_free(c->h);
+  json_decref(c->recorded);
+  j->copy = NULL;
+  dsec_engine_bury(e, c); /* its watch may be in this batch */
+}
+
+/* The stream went wrong (why says): the job is ended, its answer says so. */
+static void copy_refuse(struct dsec_job *j)
+{
+  struct dsec_copy_job *c = j->copy;
+  if (c->bad)
+    return;
+  c->bad = true;
+  copy_watch(c, false);
+  if (!c->recorded)
+    c->e->ops->signal(c->e, j, SIGKILL);
+}
+
+static void copy_answer(struct dsec_engine *e, struct dsec_job *j, json_t *res)
+{
+  struct dsec_client *cl = j->cl;
+  client_write(cl, res);
+  json_decref(res);
+  jobs_remove(e, j);
+  e->last_activity_ms = now_ms();
+  if (cl)
+    cl->job = NULL;
+  job_free(e, j);
+  if (cl)
+    client_next(e, cl);
+}
+
+static json_t *copy_error(struct dsec_job *j, const char *msg, int code)
+{
+  return json_pack("{s:s, s:s, s:i, s:s, s:O}", "type", "error", "error", msg,
+                   "exit_code", code, "direction", j->copy->in ? "in" : "out",
+                   "path", json_object_get(j->req, j->copy->in ? "dst" : "src"));
+}
+
+/* An upload at a recorded seq, read to its end: the same digest replays
+ * the recorded answer, another is a conflict. */
+static void copy_replay_done(struct dsec_engine *e, struct dsec_job *j)
+{
+  struct dsec_copy_job *c = j->copy;
+  char digest[DSEC_DIGEST_LEN + 1];
+  const char *was = json_string_value(json_object_get(c->recorded, "digest"));
+  json_t *res;
+
+  dsec_sha256_final(c->h, digest);
+  c->h = NULL;
+  if (c->bad || !dsec_copy_parser_done(c->p)) {
+    copy_answer(e, j, copy_error(j, c->bad ? c->why : "the copy stream was "
+                                 "cut short", DSEC_EXIT_FAILURE));
+    return;
+  }
+  if (!was || strcmp(was, digest) != 0) {
+    _cleanup_free_ char *msg =
+      xasprintf("seq %lld differs from the recorded copy (digest)",
+                (long long) json_integer_value(j->seq));
+    dsec_engine_event(e, json_pack("{s:s, s:O, s:s}", "type",
+                                   "replay_conflict", "seq", j->seq, "field",
+                                   "digest"));
+    res = json_pack("{s:s, s:s, s:O, s:i}", "type", "error", "error", msg,
+                    "seq", j->seq, "exit_code", DSEC_EXIT_SEQUENCE);
+  } else {
+    dsec_engine_event(e, json_pack("{s:s, s:O}", "type", "replay", "seq",
+                                   j->seq));
+    res = json_incref(c->recorded);
+    json_object_set_new(res, "id", json_string(e->id));
+  }
+  copy_answer(e, j, res);
+}
+
+/* The client's pipe of an upload: read as the job takes it. */
+static void copy_readable(struct dsec_engine *e, void *p, uint32_t events)
+{
+  struct dsec_job *j = p;
+  struct dsec_copy_job *c = j->copy;
+  static char buf[1u << 20];
+  (void) events;
+
+  for (int rounds = 0; rounds < 16 && c->watching; rounds++) {
+    ssize_t n;
+    if (!c->recorded && job_backlog(j) > COPY_BACKLOG_MAX) {
+      copy_watch(c, false); /* stdin_writable resumes it */
+      return;
+    }
+    n = read(c->fd, buf, sizeof buf);
+    if (n < 0 && errno == EINTR)
+      continue;
+    if (n < 0 && errno == EAGAIN)
+      return;
+    if (n <= 0) {
+      copy_watch(c, false);
+      c->eof = true;
+      if (c->recorded)
+        copy_replay_done(e, j);
+      else
+        job_input_end(e, j);
+      return;
+    }
+    if (dsec_copy_parse(c->p, buf, (size_t) n) < 0) {
+      copy_refuse(j);
+      if (c->recorded)
+        copy_replay_done(e, j);
+      return;
+    }
+    if (!c->recorded)
+      job_input(e, j, buf, (size_t) n);
+  }
+}
+
+static void copy_resume(struct dsec_engine *e, struct dsec_job *j)
+{
+  (void) e;
+  if (!j->copy->eof && !j->copy->bad)
+    copy_watch(j->copy, true);
+}
+
+/* A copy out's stream, as the job writes it: checked, hashed, bounded,
+ * then on to the client (which it waits for). */
+static void copy_out_data(struct dsec_job *j, const char *buf, size_t n)
+{
+  struct dsec_copy_job *c = j->copy;
+  if (c->bad)
+    return;
+  if (dsec_copy_parse(c->p, buf, n) < 0) {
+    copy_refuse(j);
+    return;
+  }
+  while (n > 0) {
+    ssize_t w = write(c->fd, buf, n);
+    if (w < 0 && errno == EINTR)
+      continue;
+    if (w < 0 && errno == EAGAIN) {
+      struct pollfd pf = { c->fd, POLLOUT, 0 };
+      if (poll(&pf, 1, COPY_WRITE_TIMEOUT_MS) > 0)
+        continue;
+      snprintf(c->why, sizeof c->why, "the client stopped reading the copy");
+      copy_refuse(j);
+      return;
+    }
+    if (w <= 0) {
+      snprintf(c->why, sizeof c->why, "the client is gone: %s",
+               w < 0 ? strerror(errno) : "closed");
+      copy_refuse(j);
+      return;
+    }
+    buf += w;
+    n -= (size_t) w;
+  }
+}
+
+/* The job ended: the answer, recorded when the copy was made. */
+static void copy_finish(struct dsec_engine *e, struct dsec_job *j,
+                        const struct dsec_job_end *end)
+{
+  struct dsec_copy_job *c = j->copy;
+  bool ok = !end->error && WIFEXITED(end->status) &&
+            WEXITSTATUS(end->status) == 0 && !c->bad &&
+            dsec_copy_parser_done(c->p);
+  char digest[DSEC_DIGEST_LEN + 1];
+  const char *path = json_string_value(json_object_get(j->req,
+                                                       c->in ? "dst" : "src"));
+  json_t *res;
+
+  if (c->fd >= 0) {
+    /* the client's end of a copy out sees its end now */
+    copy_watch(c, false);
+    close(c->fd);
+    c->fd = -1;
+  }
+  if (!ok) {
+    /* the builtin's own words, else ours */
+    _cleanup_free_ char *msg = NULL;
+    size_t len = j->err.k.len;
+    while (len > 0 && (j->err.k.data[len - 1] == '\n'))
+      len--;
+    if (c->bad)
+      msg = xstrdup(c->why[0] ? c->why : "the copy stream was refused");
+    else if (end->error)
+      msg = xstrdup(end->error);
+    else if (len > 0)
+      msg = xstrndup(j->err.k.data, len);
+    else if (WIFSIGNALED(end->status))
+      msg = xasprintf("the copy was killed by signal %d",
+                      WTERMSIG(end->status));
+    else if (WEXITSTATUS(end->status) != 0)
+      msg = xasprintf("the copy failed with status %d",
+                      WEXITSTATUS(end->status));
+    else
+      msg = xstrdup("the copy stream was cut short");
+    copy_answer(e, j, copy_error(j, msg, DSEC_EXIT_FAILURE));
+    return;
+  }
+  dsec_sha256_final(c->h, digest);
+  c->h = NULL;
+  res = json_pack("{s:s, s:s, s:O, s:s, s:s, s:I, s:I, s:s, s:f, s:b}", "type",
+                  "copied", "id", e->id, "seq", j->seq ? j->seq : json_null(),
+                  "direction", c->in ? "in" : "out", "path", path, "bytes",
+                  (json_int_t) c->bytes, "files", (json_int_t) c->files,
+                  "digest", digest, "duration_ms",
+                  round((now_ms() - j->start) * 10) / 10, "replayed",
+                  c->replayed);
+  if (!c->replayed) {
+    _cleanup_error_ struct dsec_error *err = NULL;
+    if (dsec_traj_append(&e->traj, j->seq, j->req, res, &err) < 0) {
+      json_decref(res);
+      copy_answer(e, j, copy_error(j, "cannot record the copy in the "
+                                   "trajectory", DSEC_EXIT_INTERNAL));
+      return;
+    }
+  }
+  dsec_engine_event(e, json_pack("{s:s, s:O, s:s, s:s, s:I, s:I, s:s}", "type",
+                                 "copy", "seq", j->seq ? j->seq : json_null(),
+                                 "direction", c->in ? "in" : "out", "path",
+                                 path, "bytes", (json_int_t) c->bytes, "files",
+                                 (json_int_t) c->files, "digest", digest));
+  copy_answer(e, j, res);
+}
+
+/* upload {dst, archive, seq} or download {src, seq}, the client's pipe
+ * passed with it. */
+static void copy_start(struct dsec_engine *e, struct dsec_client *cl,
+                       json_t *req, bool in)
+{
+  _cleanup_error_ struct dsec_error *err = NULL;
+  const char *key = in ? "dst" : "src";
+  json_t *path = json_object_get(req, key);
+  json_t *seq = json_object_get(req, "seq");
+  bool archive = json_is_true(json_object_get(req, "archive"));
+  int fd = dsec_ctl_take_fd(&cl->c);
+  struct dsec_copy_job *c;
+  struct dsec_job *j;
+  json_t *rec, *msg, *argv;
+  int r;
+
+  if (fd < 0) {
+    reply_error(cl, "a copy's pipe comes with its request (dsec-run cp)",
+                DSEC_EXIT_INPUT);
+    return;
+  }
+  if (!json_is_string(path) || json_string_length(path) == 0 ||
+      strlen(json_string_value(path)) != json_string_length(path) ||
+      json_string_length(path) > DSEC_COPY_PATH_MAX) {
+    _cleanup_free_ char *m = xasprintf("`%s` must be a path", key);
+    close(fd);
+    reply_error(cl, m, DSEC_EXIT_INPUT);
+    return;
+  }
+  if ((seq && !json_is_null(seq) &&
+       (!json_is_integer(seq) || json_integer_value(seq) < 0)) ||
+      (json_object_get(req, "archive") &&
+       !json_is_boolean(json_object_get(req, "archive")))) {
+    close(fd);
+    reply_error(cl, "`seq` must be a non-negative integer and `archive` "
+                "true or false", DSEC_EXIT_INPUT);
+    return;
+  }
+  rec = json_pack("{s:s, s:O}", "op", in ? "upload" : "download", key, path);
+  if (in)
+    json_object_set_new(rec, "archive", json_boolean(archive));
+  if (json_is_integer(seq))
+    json_object_set(rec, "seq", seq);
+
+  c = xzalloc(sizeof *c);
+  c->e = e;
+  c->in = in;
+  c->fd = fd;
+  c->h = dsec_sha256_new();
+  c->p = dsec_copy_parser_new(&hash_ops, c, c->why);
+  if (!in && e->spec->resources.disk_mb > 0)
+    c->limit = ((uint64_t) e->spec->resources.disk_mb << 20) + (16u << 20);
+  j = job_new(e);
+  j->req = rec;
+  j->seq = json_object_get(rec, "seq");
+  j->copy = c;
+  j->cl = cl;
+  j->start = now_ms();
+  c->w = (struct dsec_watch){ copy_readable, j, false };
+  fcntl(fd, F_SETFL, O_NONBLOCK);
+  fcntl(fd, F_SETPIPE_SZ, COPY_PIPE_SIZE);
+
+  if (j->seq) {
+    json_int_t *running = xzalloc(sizeof *running * (e->njobs + 1));
+    size_t n = 0;
+    const char *conflict;
+    json_t *out = NULL;
+    for (size_t i = 0; i < e->njobs; i++)
+      if (e->jobs[i]->seq)
+        running[n++] = json_integer_value(e->jobs[i]->seq);
+    r = dsec_traj_check(&e->traj, rec, running, n, &out, &conflict);
+    free(running);
+    if (r < 0) {
+      if (conflict)
+        dsec_engine_event(e, json_pack("{s:s, s:O, s:s}", "type",
+                                       "replay_conflict", "seq", j->seq,
+                                       "field", conflict));
+      client_write(cl, out);
+      json_decref(out);
+      job_free(e, j);
+      return;
+    }
+    if (r > 0 && in) {
+      /* read, not made: the digest decides */
+      c->recorded = out;
+      cl->job = j;
+      jobs_add(e, j);
+      copy_watch(c, true);
+      return;
+    }
+    json_decref(out);
+    c->replayed = r > 0;
+  }
+
+  cl->job = j;
+  jobs_add(e, j);
+  j->keep_stdin = in;
+  j->stream = !in;
+  j->cap = in ? 65536 : SHELL_CAP;
+  argv = in ? json_pack("[s, O, s, s, s]", "copy_in", path,
+                        archive ? "3" : "0", "-1", "-1")
+            : json_pack("[s, O]", "copy_out", path);
+  if (in && !archive) {
+    /* not kept: what comes in is the sandbox's user's */
+    char u[24], g[24];
+    snprintf(u, sizeof u, "%u", (unsigned) e->spec->uid);
+    snprintf(g, sizeof g, "%u", (unsigned) e->spec->gid);
+    json_array_set_new(argv, 3, json_string(u));
+    json_array_set_new(argv, 4, json_string(g));
+  }
+  msg = json_pack("{s:s, s:I, s:o, s:[], s:s, s:i, s:i, s:s}", "op", "exec",
+                  "xid", (json_int_t) j->xid, "argv", argv, "env", "cwd",
+                  e->spec->workdir, "uid", 0, "gid", 0, "builtin",
+                  in ? "copy_in" : "copy_out");
+  if (in)
+    json_object_set_new(msg, "keep_stdin", json_true());
+  r = e->ops->exec(e, j, msg, &err);
+  json_decref(msg);
+  if (r < 0) {
+    _cleanup_free_ char *what = launch_error(err);
+    struct dsec_job_end end = { .error = what };
+    dsec_job_finish(e, j, &end);
+    return;
+  }
+  if (in)
+    copy_watch(c, true);
+}
+
 /* ---- checkpoint, suspend, resume */
 
 /* The writable layer as a layer in the store, taken with the sandbox
@@ -1240,6 +1735,9 @@ static json_t *engine_status(struct dsec_engine *e)
   return st;
 }
 
+static void copy_start(struct dsec_engine *e, struct dsec_client *cl,
+                       json_t *req, bool in);
+
 /* Handles the complete lines a client sent, one at a time: the next waits
  * until the current exec is answered, so results come back in order. */
 static void client_next(struct dsec_engine *e, struct dsec_client *cl)
@@ -1274,6 +1772,12 @@ static void client_next(struct dsec_engine *e, struct dsec_client *cl)
       r = engine_suspend(e, json_is_true(json_object_get(req, "release")));
     } else if (strcmp(op, "resume") == 0) {
       r = engine_resume(e);
+    } else if (strcmp(op, "upload") == 0 || strcmp(op, "download") == 0) {
+      if (e->suspended)
+        reply_error(cl, "the sandbox is suspended (resume it first)",
+                    DSEC_EXIT_INTERNAL);
+      else
+        copy_start(e, cl, req, op[0] == 'u');
     } else if (strcmp(op, "sessions") == 0) {
       r = sessions_list(e);
     } else if (strcmp(op, "session_rm") == 0) {

@@ -37,6 +37,7 @@ struct dsec_engine;
 struct dsec_job;
 struct dsec_cgroup;
 struct dsec_session;
+struct dsec_copy_job;
 
 /* What the creator (dsec-run create) hands a new supervisor. */
 struct dsec_container_opts {
@@ -91,6 +92,8 @@ struct dsec_job {
   size_t stdin_len, stdin_off;
   bool keep_stdin;        /* more input comes later (a session's shell) */
   bool in_armed;          /* w_in is in the event loop */
+  bool in_eof;            /* no more input: closed once written */
+  struct dsec_copy_job *copy; /* a copy in or out (dsec-run cp) */
   int kill_sig;           /* what ended it at its deadline (0: SIGKILL) */
   /* sessions: a shell (shell true, a backend job), or a command run in
    * one (the engine's own: no backend job, priv NULL) */
@@ -148,8 +151,9 @@ struct dsec_backend_ops {
    * the state is written, may be NULL. */
   void (*stop)(struct dsec_engine *e);
   void (*after_end)(struct dsec_engine *e);
-  /* More input for job j, started with "keep_stdin" (a session's shell);
-   * NULL: the engine writes the stdin pipe given to dsec_job_pipes. */
+  /* More input for job j, started with "keep_stdin" (a session's shell,
+   * a copy in), buf NULL for its end; NULL: the engine writes the stdin
+   * pipe given to dsec_job_pipes. */
   int (*input)(struct dsec_engine *e, struct dsec_job *j, const char *buf,
                size_t len);
   /* Why this backend cannot run exclusive execs (refused as bad input),

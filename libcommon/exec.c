@@ -274,8 +274,9 @@ void dsec_traj_load(struct dsec_traj *t)
   while ((n = getline(&line, &cap, f)) > 0) {
     json_t *rec = json_loadb(line, (size_t) n, 0, NULL);
     json_t *seq = json_object_get(rec, "seq");
+    const char *type = json_string_value(json_object_get(rec, "type")) ?: "";
     if (json_is_integer(seq) &&
-        strcmp(json_string_value(json_object_get(rec, "type")) ?: "", "exec") == 0) {
+        (strcmp(type, "exec") == 0 || strcmp(type, "copy") == 0)) {
       traj_note(t, json_integer_value(seq), off, (size_t) n);
       json_decref(t->last_seq);
       t->last_seq = json_incref(seq);
@@ -294,6 +295,11 @@ void dsec_traj_free(struct dsec_traj *t)
   t->e = NULL;
   t->last_seq = NULL;
   t->n = 0;
+}
+
+static bool same(json_t *a, json_t *b)
+{
+  return (!a && !b) || (a && b && json_equal(a, b));
 }
 
 static json_t *seq_error(json_int_t seq, char *msg)
@@ -352,13 +358,14 @@ int dsec_traj_check(struct dsec_traj *t, json_t *req, const json_int_t *running,
     return -1;
   }
   {
-    /* the same command, input, environment and directory, or a conflict:
-     * never a silent re-run */
-    static const char *const keys[] = { "cmd", "stdin", "env", "workdir" };
+    /* the same command, input, environment, directory and session (or
+     * the same copy), or a conflict: never a silent re-run */
+    static const char *const keys[] = { "op",  "cmd", "stdin", "env",
+                                        "workdir", "session", "src", "dst",
+                                        "archive" };
     json_t *was = json_object_get(rec, "request");
     for (size_t i = 0; i < ARRAY_SIZE(keys); i++)
-      if (!json_equal(json_object_get(was, keys[i]),
-                      json_object_get(req, keys[i]))) {
+      if (!same(json_object_get(was, keys[i]), json_object_get(req, keys[i]))) {
         *conflict = keys[i];
         *out = seq_error(seq, xasprintf("seq %lld differs from the recorded "
                                         "request (%s)", (long long) seq,
@@ -374,7 +381,8 @@ int dsec_traj_check(struct dsec_traj *t, json_t *req, const json_int_t *running,
 int dsec_traj_append(struct dsec_traj *t, json_t *seq, json_t *req,
                      json_t *res, struct dsec_error **err)
 {
-  json_t *rec = json_pack("{s:s, s:O, s:O, s:O}", "type", "exec", "seq",
+  json_t *rec = json_pack("{s:s, s:O, s:O, s:O}", "type",
+                          json_object_get(req, "op") ? "copy" : "exec", "seq",
                           seq ? seq : json_null(), "request", req, "result",
                           res);
   off_t off = lseek(t->fd, 0, SEEK_END);

@@ -64,6 +64,12 @@ struct dsec_guest_exec {
   /* Just before execve (may be NULL). */
   void (*last)(void *ud);
   void *ud;
+  /* Instead of argv[0], one of dsec's own (the exec message's "builtin"):
+   *   copy_in DST KEEP UID GID   a copy stream on stdin made at DST
+   *                              (dsec_copy_receive; UID -1: as written)
+   *   copy_out SRC               SRC as a copy stream on stdout
+   * Its error is one line on stderr, its status 1. */
+  const char *builtin;
 };
 
 /* Fills argv, envp, cwd, uid and gid of x from an exec message (its

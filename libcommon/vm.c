@@ -1128,7 +1128,7 @@ static int vm_exec(struct dsec_engine *e, struct dsec_job *j, json_t *msg,
                    struct dsec_error **err)
 {
   struct vm *v = e->b;
-  const char *in = json_string_value(json_object_get(j->req, "stdin"));
+  const char *in = json_string_value(json_object_get(j->req, "stdin")) ?: "";
   double timeout = json_number_value(json_object_get(j->req, "timeout_s"));
   json_t *m = json_copy(msg);
 
@@ -1223,14 +1223,18 @@ static void vm_signal(struct dsec_engine *e, struct dsec_job *j, int sig)
   agent_send(v, m, NULL, 0);
 }
 
-/* More input for an exec that keeps its stdin open (a session's shell). */
+/* More input for an exec that keeps its stdin open (a session's shell,
+ * a copy in); buf NULL: its end. */
 static int vm_input(struct dsec_engine *e, struct dsec_job *j, const char *buf,
                     size_t len)
 {
   struct vm *v = e->b;
-  return agent_send(v, json_pack("{s:s, s:I, s:I}", "op", "stdin", "id",
-                                 (json_int_t) j->xid, "stdin_len",
-                                 (json_int_t) len), buf, len);
+  json_t *m = json_pack("{s:s, s:I, s:I}", "op", "stdin", "id",
+                        (json_int_t) j->xid, "stdin_len",
+                        (json_int_t) (buf ? len : 0));
+  if (!buf)
+    json_object_set_new(m, "eof", json_true());
+  return agent_send(v, m, buf, buf ? len : 0);
 }
 
 /* Acts on the whole messages the agent sent (results). */

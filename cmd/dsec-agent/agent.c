@@ -1258,16 +1258,20 @@ static void handle(json_t *req, const char *payload, size_t plen)
     } else
       kill(-1, sig);
   } else if (strcmp(op, "stdin") == 0) {
-    /* more input for a session's shell */
+    /* more input for a session's shell or a copy; "eof": no more (closed
+     * once what waits is written) */
     for (struct job *j = jobs; j; j = j->next)
-      if (j->id == json_integer_value(id) && j->keep_stdin && j->in_fd >= 0 &&
-          plen > 0) {
-        char *more = realloc(j->in, j->in_len + plen);
-        if (!more)
-          break;
-        memcpy(more + j->in_len, payload, plen);
-        j->in = more;
-        j->in_len += plen;
+      if (j->id == json_integer_value(id) && j->keep_stdin && j->in_fd >= 0) {
+        if (plen > 0) {
+          char *more = realloc(j->in, j->in_len + plen);
+          if (!more)
+            break;
+          memcpy(more + j->in_len, payload, plen);
+          j->in = more;
+          j->in_len += plen;
+        }
+        if (json_is_true(json_object_get(req, "eof")))
+          j->keep_stdin = false;
         stdin_write(j);
         break;
       }

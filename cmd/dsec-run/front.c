@@ -23,6 +23,7 @@
 #include "audit.h"
 #include "cgroup.h"
 #include "cli.h"
+#include "copy.h"
 #include "client.h"
 #include "container.h"
 #include "vm.h"
@@ -71,11 +72,13 @@ enum {
   OPT_EXCLUSIVE,
   OPT_STREAM,
   OPT_SESSION,
+  OPT_ARCHIVE,
   OPT_END,
 };
 
 static const struct option long_options[] = {
   { "all", no_argument, NULL, OPT_ALL },
+  { "archive", no_argument, NULL, OPT_ARCHIVE },
   { "attach", no_argument, NULL, OPT_ATTACH },
   { "backend", required_argument, NULL, OPT_BACKEND },
   { "count", required_argument, NULL, OPT_COUNT },
@@ -143,6 +146,8 @@ static void help(const struct dsec_front *front)
          "  serve                                JSON Lines requests on stdin,\n"
          "                                       answers with their rid on stdout\n"
          "  kill ID [SIGNAL]                     signal every process in it\n"
+         "  cp [-a] [--seq N] SRC DST            copy files in or out: one side is\n"
+         "                                       ID:PATH\n"
          "  session ls ID [NAME]                 the sandbox's sessions\n"
          "  session rm ID [NAME]                 end a session (all without NAME)\n"
          "\n"
@@ -193,6 +198,8 @@ static void help(const struct dsec_front *front)
          "      --timeout=S        kill the command after S seconds\n"
          "\n"
          "Other options:\n"
+         "  -a, --archive          (cp) also keep owners and setuid bits of what\n"
+         "                         goes in\n"
          "      --all              (ps) include ended sandboxes\n"
          "      --count=N          (fork) how many sandboxes (default 1)\n"
          "      --debug            print debug records on stderr\n"
@@ -234,7 +241,7 @@ struct opts {
   const char *stdin_file;
   const char *requests;
   const char *result_file;
-  bool rm, attach, all, force, follow, release;
+  bool rm, attach, all, force, follow, release, archive;
   int count;
   const char *layer_name;
   json_t *label_filter;
@@ -343,8 +350,10 @@ static int parse(int argc, char **argv, struct opts *o, bool *exit_now)
     argc = dd;
   }
   optind = first + 1;
-  while ((opt = getopt_long(argc, argv, "h", long_options, NULL)) != -1) {
+  while ((opt = getopt_long(argc, argv, "ha", long_options, NULL)) != -1) {
     char *k = NULL, *v = NULL;
+    if (opt == 'a')
+      opt = OPT_ARCHIVE;
     if (opt == 'h') {
       help(o->front);
       *exit_now = true;
@@ -511,6 +520,9 @@ static int parse(int argc, char **argv, struct opts *o, bool *exit_now)
       break;
     case OPT_STREAM:
       json_object_set_new(o->exec, "stream", json_true());
+      break;
+    case OPT_ARCHIVE:
+      o->archive = true;
       break;
     case OPT_SESSION:
       if (!dsec_session_name_ok(optarg))
@@ -1697,6 +1709,158 @@ static json_t *supervisor_op(const char *id, json_t *req,
   return res;
 }
 
+/* ---- cp */
+
+/* The sandbox side of a cp argument, ID:PATH: the id (new), *path set;
+ * NULL when arg is a host path (it has no colon before its first slash).
+ * An ID that names no sandbox is an error (*err): a host path with a
+ * colon is written ./NAME:X. */
+static char *cp_side(const char *arg, const char **path, struct dsec_error **err)
+{
+  const char *colon = strchr(arg, ':');
+  const char *slash = strchr(arg, '/');
+  _cleanup_free_ char *name = NULL;
+
+  if (!colon || colon == arg || (slash && slash < colon))
+    return NULL;
+  name = xstrndup(arg, (size_t) (colon - arg));
+  *path = colon + 1;
+  if (!**path) {
+    dsec_bad_input(err, "%s: give a path after the colon", arg);
+    return NULL;
+  }
+  return dsec_sandbox_resolve(name, err);
+}
+
+/* The supervisor's answer to a copy, with what this side saw: a local
+ * failure (why) is the cause unless the stream only broke because the
+ * other side stopped, or was cut short because it failed. */
+static int cp_answer(struct dsec_conn *c, int local, const char *why,
+                     json_t *extra, struct dsec_error **err)
+{
+  json_t *res = dsec_conn_recv(c, err);
+  const char *type;
+
+  if (!res)
+    return -1;
+  type = json_string_value(json_object_get(res, "type"));
+  if (type && strcmp(type, "error") == 0) {
+    json_int_t code = json_integer_value(json_object_get(res, "exit_code"));
+    if (local < 0 && !strstr(why, "cut short") &&
+        !strstr(why, "cannot write the copy stream"))
+      dsec_fail(err, 0, "%s", why);
+    else
+      dsec_error_set(err, code ? (int) code : DSEC_EXIT_FAILURE, 0, "%s",
+                     json_string_value(json_object_get(res, "error")));
+    json_decref(res);
+    return -1;
+  }
+  if (local < 0) {
+    json_decref(res);
+    return dsec_fail(err, 0, "%s", why);
+  }
+  if (extra)
+    json_object_update(res, extra);
+  return dsec_json_print_new(res, err);
+}
+
+/* host src -> sandbox id:dst, streamed as it is read (as the caller). */
+static int copy_in(const char *id, const char *src, const char *dst,
+                   bool archive, json_t *seq, struct dsec_error **err)
+{
+  struct dsec_conn *c = NULL;
+  char why[DSEC_COPY_WHY] = "";
+  uint64_t skipped = 0;
+  int p[2], r;
+  json_t *req;
+
+  if (connect_running(id, &c, err) < 0)
+    return -1;
+  if (pipe2(p, O_CLOEXEC) < 0) {
+    dsec_conn_close(c);
+    return dsec_fail(err, errno, "pipe");
+  }
+  req = json_pack("{s:s, s:s, s:b}", "op", "upload", "dst", dst, "archive",
+                  archive);
+  if (seq)
+    json_object_set(req, "seq", seq);
+  r = dsec_conn_send_fd(c, req, p[0], err);
+  json_decref(req);
+  close(p[0]);
+  if (r < 0) {
+    close(p[1]);
+    dsec_conn_close(c);
+    return -1;
+  }
+  r = dsec_copy_send(p[1], src, &skipped, why);
+  close(p[1]);
+  {
+    _cleanup_json_ json_t *extra = json_pack("{s:I}", "skipped",
+                                             (json_int_t) skipped);
+    r = cp_answer(c, r, why, extra, err);
+  }
+  dsec_conn_close(c);
+  return r;
+}
+
+/* sandbox id:src -> host dst, written as it comes (as the caller: never
+ * setuid, never a device). */
+static int copy_out(const char *id, const char *src, const char *dst,
+                    json_t *seq, struct dsec_error **err)
+{
+  struct dsec_conn *c = NULL;
+  char why[DSEC_COPY_WHY] = "";
+  int p[2], r;
+  json_t *req;
+
+  if (connect_running(id, &c, err) < 0)
+    return -1;
+  if (pipe2(p, O_CLOEXEC) < 0) {
+    dsec_conn_close(c);
+    return dsec_fail(err, errno, "pipe");
+  }
+  req = json_pack("{s:s, s:s}", "op", "download", "src", src);
+  if (seq)
+    json_object_set(req, "seq", seq);
+  r = dsec_conn_send_fd(c, req, p[1], err);
+  json_decref(req);
+  close(p[1]);
+  if (r < 0) {
+    close(p[0]);
+    dsec_conn_close(c);
+    return -1;
+  }
+  r = dsec_copy_receive(p[0], dst, 0, (uid_t) -1, (gid_t) -1, why);
+  close(p[0]);
+  r = cp_answer(c, r, why, NULL, err);
+  dsec_conn_close(c);
+  return r;
+}
+
+static int do_cp(struct opts *o, struct dsec_error **err)
+{
+  const char *spath = NULL, *dpath = NULL;
+  _cleanup_free_ char *sid = cp_side(o->args[0], &spath, err);
+  _cleanup_free_ char *did = NULL;
+  json_t *seq = json_object_get(o->exec, "seq");
+
+  if (!sid && *err)
+    return -1;
+  did = cp_side(o->args[1], &dpath, err);
+  if (!did && *err)
+    return -1;
+  if ((sid != NULL) == (did != NULL))
+    return dsec_error_set(err, DSEC_EXIT_USAGE, 0,
+                          "cp: one side is a sandbox's ID:PATH, the other a "
+                          "path on the host");
+  if (sid && o->archive)
+    return dsec_error_set(err, DSEC_EXIT_USAGE, 0,
+                          "cp: -a is for copies in (what comes out is "
+                          "yours)");
+  return sid ? copy_out(sid, spath, o->args[1], seq, err)
+             : copy_in(did, o->args[0], dpath, o->archive, seq, err);
+}
+
 /* ---- sessions */
 
 /* session ls ID [NAME], session rm ID [NAME]: the sandbox's sessions, or
@@ -2069,7 +2233,8 @@ static _Noreturn void serve_child(const struct dsec_front *front, json_t *req)
   static const char *const ops[] = { "create", "exec",  "ps",   "inspect",
                                      "rm",     "kill",  "checkpoint",
                                      "suspend", "resume", "fork",
-                                     "sessions", "session_rm", NULL };
+                                     "sessions", "session_rm", "upload",
+                                     "download", NULL };
   bool known = false;
 
   o.front = front;
@@ -2142,7 +2307,23 @@ static _Noreturn void serve_child(const struct dsec_front *front, json_t *req)
     ret = do_suspend(&o, &err);
   } else if (strcmp(op, "resume") == 0)
     ret = do_resume(&o, &err);
-  else if (strcmp(op, "sessions") == 0 || strcmp(op, "session_rm") == 0) {
+  else if (strcmp(op, "upload") == 0 || strcmp(op, "download") == 0) {
+    const char *src = json_string_value(json_object_get(req, "src"));
+    const char *dst = json_string_value(json_object_get(req, "dst"));
+    json_t *seq = json_object_get(req, "seq");
+    _cleanup_free_ char *id = NULL;
+    if (!src || !dst || !*src || !*dst)
+      ret = dsec_bad_input(&err, "%s: `src` and `dst` must be paths", op);
+    else if (seq && !json_is_integer(seq))
+      ret = dsec_bad_input(&err, "%s: `seq` must be an integer", op);
+    else if (!(id = dsec_sandbox_resolve(id_arg, &err)))
+      ret = -1;
+    else if (op[0] == 'u')
+      ret = copy_in(id, src, dst, json_is_true(json_object_get(req, "archive")),
+                    seq, &err);
+    else
+      ret = copy_out(id, src, dst, seq, &err);
+  } else if (strcmp(op, "sessions") == 0 || strcmp(op, "session_rm") == 0) {
     const char *name = json_string_value(json_object_get(req, "name"));
     if (json_object_get(req, "name") && !name)
       ret = dsec_bad_input(&err, "%s: `name` must be a string", op);
@@ -2527,6 +2708,7 @@ VERB_NOSTATUS(resume, do_resume(o, err))
 VERB_NOSTATUS(fork, do_fork(o, err))
 VERB_NOSTATUS(serve, do_serve(o->front, err))
 VERB_NOSTATUS(pool, do_pool(o, err))
+VERB_NOSTATUS(cp, do_cp(o, err))
 VERB_NOSTATUS(session, do_session(o, o->args[0], o->args[1],
                                   o->nargs > 2 ? o->args[2] : NULL, err))
 
@@ -2564,6 +2746,8 @@ static const struct verb verbs[] = {
     "serve takes no arguments (requests come on standard input)" },
   { "pool", verb_pool, CREATE_OPTS | O(OPT_SIZE), 0, 0, NO_CMD, false,
     "pool takes no arguments" },
+  { "cp", verb_cp, O(OPT_ARCHIVE) | O(OPT_SEQ), 2, 2, NO_CMD, false,
+    "cp: give SRC and DST (one of them ID:PATH)" },
   { "session", verb_session, 0, 2, 3, NO_CMD, false,
     "session: give ls|rm ID [NAME]" },
 };
