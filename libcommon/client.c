@@ -134,6 +134,16 @@ json_t *dsec_conn_recv(struct dsec_conn *c, struct dsec_error **err)
   }
 }
 
+bool dsec_conn_pending(const struct dsec_conn *c)
+{
+  return c->buf && memchr(c->buf, '\n', c->len);
+}
+
+int dsec_conn_fd(const struct dsec_conn *c)
+{
+  return c->fd;
+}
+
 json_t *dsec_conn_call(struct dsec_conn *c, json_t *req,
                        struct dsec_error **err)
 {

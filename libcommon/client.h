@@ -15,6 +15,10 @@ int dsec_conn_open(const char *id, struct dsec_conn **out,
 void dsec_conn_close(struct dsec_conn *c);
 /* Sends one request (does not steal). */
 int dsec_conn_send(struct dsec_conn *c, json_t *req, struct dsec_error **err);
+/* A whole answer is read already (dsec_conn_recv returns it at once). */
+bool dsec_conn_pending(const struct dsec_conn *c);
+/* Its socket, to poll. */
+int dsec_conn_fd(const struct dsec_conn *c);
 /* The same, passing fd (a copy's pipe) with it. */
 int dsec_conn_send_fd(struct dsec_conn *c, json_t *req, int fd,
                       struct dsec_error **err);

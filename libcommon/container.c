@@ -693,10 +693,40 @@ _Noreturn static void init_loop(struct init_ctx *c)
       op = json_string_value(json_object_get(req, "op"));
       if (op && strcmp(op, "exec") == 0 && nfds == 3) {
         uint64_t xid = (uint64_t) json_integer_value(json_object_get(req, "xid"));
-        pid_t pid = fork();
+        pid_t pid;
+        if (json_is_true(json_object_get(req, "tty"))) {
+          /* a terminal of the sandbox's devpts: its master goes to the
+           * supervisor (before the exec can end), its other end to the
+           * command */
+          char path[64];
+          int m = dsec_guest_openpty(
+            (uid_t) json_integer_value(json_object_get(req, "uid")),
+            (gid_t) json_integer_value(json_object_get(req, "gid")),
+            (unsigned) json_integer_value(json_object_get(req, "cols")),
+            (unsigned) json_integer_value(json_object_get(req, "rows")), path,
+            sizeof path);
+          json_t *tm = json_pack("{s:s, s:I}", "op", "tty", "xid", (json_int_t) xid);
+          if (m >= 0 && msg_send(c->sock, tm, &m, 1) == 0)
+            json_object_set_new(req, "tty_path", json_string(path));
+          if (m >= 0)
+            close(m);
+          json_decref(tm);
+        }
+        if (json_is_true(json_object_get(req, "tty")) &&
+            !json_object_get(req, "tty_path")) {
+          json_t *m = json_pack("{s:s, s:I, s:s}", "op", "error", "xid",
+                                (json_int_t) xid, "msg",
+                                "cannot allocate a terminal");
+          msg_send(c->sock, m, NULL, 0);
+          json_decref(m);
+          pid = -2;
+        } else
+          pid = fork();
         if (pid == 0)
           init_exec_child(c, req, fds);
-        if (pid < 0) {
+        if (pid == -2) {
+          /* answered */
+        } else if (pid < 0) {
           json_t *m = json_pack("{s:s, s:I, s:s, s:i}", "op", "error", "xid",
                                 (json_int_t) xid, "msg", "fork failed",
                                 "errno", errno);
@@ -1135,6 +1165,12 @@ static void init_message(struct dsec_engine *e, void *p, uint32_t events)
   j = dsec_engine_job(e, (uint64_t) json_integer_value(json_object_get(m, "xid")));
   if (op && strcmp(op, "listener") == 0 && nfds == 1) {
     listener_add(s, fds[0], (uint64_t) json_integer_value(json_object_get(m, "xid")));
+    nfds = 0;
+  } else if (op && strcmp(op, "tty") == 0 && nfds == 1) {
+    if (j)
+      dsec_job_tty(e, j, fds[0]);
+    else
+      close(fds[0]);
     nfds = 0;
   } else if (op && j && strcmp(op, "exited") == 0) {
     job_ended(s, j, (int) json_integer_value(json_object_get(m, "status")), NULL);

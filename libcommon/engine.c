@@ -11,11 +11,14 @@
 #include <string.h>
 #include <poll.h>
 #include <sys/epoll.h>
+#include <sys/ioctl.h>
 #include <sys/prctl.h>
 #include <sys/random.h>
 #include <sys/signalfd.h>
 #include <sys/wait.h>
 #include <unistd.h>
+
+#include <openssl/evp.h>
 
 #include "cgroup.h"
 #include "copy.h"
@@ -306,11 +309,13 @@ static void stdin_writable(struct dsec_engine *e, void *p, uint32_t events)
  * waits is written. */
 static void job_input_end(struct dsec_engine *e, struct dsec_job *j)
 {
+  if (j->in_eof)
+    return;
+  j->in_eof = true;
   if (e->ops->input) {
     e->ops->input(e, j, NULL, 0);
     return;
   }
-  j->in_eof = true;
   if (!j->in_armed && j->in_fd >= 0) {
     close(j->in_fd);
     j->in_fd = -1;
@@ -362,7 +367,19 @@ void dsec_job_pipes(struct dsec_engine *e, struct dsec_job *j, int out,
   j->err.w = (struct dsec_watch){ capture_readable, &j->err, false };
   dsec_engine_watch(e, out, EPOLLIN, &j->out.w);
   dsec_engine_watch(e, err, EPOLLIN, &j->err.w);
-  if (j->keep_stdin) {
+  if (j->tty) {
+    /* the terminal's master comes later (dsec_job_tty): input goes there */
+    close(in);
+    if (len > 0) {
+      bool nl = data[len - 1] == '\n';
+      j->stdin_data = xmalloc(len + 2);
+      memcpy(j->stdin_data, data, len);
+      /* then the end of input, as a terminal says it: ^D at a line's
+       * start (a second one ends a partial line first) */
+      j->stdin_data[len] = j->stdin_data[len + 1] = '\004';
+      j->stdin_len = len + (nl ? 1 : 2);
+    }
+  } else if (j->keep_stdin) {
     j->in_fd = in;
     fcntl(in, F_SETFL, O_NONBLOCK);
   } else if (len > 0) {
@@ -385,6 +402,35 @@ void dsec_job_output(struct dsec_engine *e, struct dsec_job *j, int stream,
   capture_add(j, c, buf, len);
   if (total > c->k.total)
     c->k.total = total;
+}
+
+void dsec_job_tty(struct dsec_engine *e, struct dsec_job *j, int fd)
+{
+  if (j->out.fd >= 0) {
+    epoll_ctl(e->epfd, EPOLL_CTL_DEL, j->out.fd, NULL);
+    close(j->out.fd);
+  }
+  fcntl(fd, F_SETFL, O_NONBLOCK);
+  j->out.fd = fd;
+  j->out.w = (struct dsec_watch){ capture_readable, &j->out, false };
+  dsec_engine_watch(e, fd, EPOLLIN, &j->out.w);
+  if (j->in_fd >= 0) {
+    if (j->in_armed)
+      epoll_ctl(e->epfd, EPOLL_CTL_DEL, j->in_fd, NULL);
+    close(j->in_fd);
+    j->in_armed = false;
+  }
+  j->in_fd = -1;
+  if (j->stdin_len > j->stdin_off || j->keep_stdin) {
+    j->in_fd = dup(fd);
+    if (j->in_fd >= 0 && j->stdin_len > j->stdin_off) {
+      j->w_in = (struct dsec_watch){ stdin_writable, j, false };
+      j->in_armed = dsec_engine_watch(e, j->in_fd, EPOLLOUT, &j->w_in) == 0;
+    }
+  }
+  /* what the input said before the terminal came */
+  if (j->keep_stdin && j->stdin_len == j->stdin_off)
+    j->stdin_off = j->stdin_len = 0;
 }
 
 static void copy_free(struct dsec_engine *e, struct dsec_job *j);
@@ -559,6 +605,12 @@ static int job_launch(struct dsec_engine *e, struct dsec_job *j,
                   (int) e->spec->uid, "gid", (int) e->spec->gid);
   if (j->keep_stdin)
     json_object_set_new(msg, "keep_stdin", json_true());
+  if (j->tty) {
+    json_t *size = json_object_get(j->req, "tty_size");
+    json_object_set_new(msg, "tty", json_true());
+    json_object_set(msg, "cols", json_array_get(size, 0));
+    json_object_set(msg, "rows", json_array_get(size, 1));
+  }
   r = e->ops->exec(e, j, msg, err);
   json_decref(msg);
   return r;
@@ -607,6 +659,11 @@ static void job_start(struct dsec_engine *e, struct dsec_client *cl,
   j->start = now_ms();
   j->deadline = timeout > 0 ? j->start + timeout * 1000 : 0;
   e->last_activity_ms = j->start;
+  j->tty = json_is_true(json_object_get(j->req, "tty"));
+  if (json_is_true(json_object_get(j->req, "interactive"))) {
+    /* its client types and resizes while it runs (client_next) */
+    j->interactive = j->keep_stdin = j->stream = true;
+  }
   if (json_object_get(j->req, "session")) {
     if (session_command(e, cl, j, req))
       cl->job = j;
@@ -1738,20 +1795,70 @@ static json_t *engine_status(struct dsec_engine *e)
 static void copy_start(struct dsec_engine *e, struct dsec_client *cl,
                        json_t *req, bool in);
 
+/* What the client of an interactive exec sends while it runs: input
+ * ({"op":"input","data_b64":..} or "eof": true, a ^D) and the
+ * terminal's size ({"op":"resize","cols":C,"rows":R}).  Nothing is
+ * answered: the exec's output and result are the answers. */
+static void interactive_input(struct dsec_engine *e, struct dsec_job *j,
+                              const char *op, json_t *req)
+{
+  if (op && strcmp(op, "input") == 0) {
+    const char *b64 = json_string_value(json_object_get(req, "data_b64"));
+    const char *text = json_string_value(json_object_get(req, "data"));
+    if (b64) {
+      size_t n = strlen(b64);
+      unsigned char *buf = xmalloc(n / 4 * 3 + 4);
+      int len = EVP_DecodeBlock(buf, (const unsigned char *) b64, (int) n);
+      /* EVP_DecodeBlock counts the padding as data */
+      if (len > 0 && n >= 2 && b64[n - 1] == '=')
+        len -= b64[n - 2] == '=' ? 2 : 1;
+      if (len > 0)
+        job_input(e, j, (const char *) buf, (size_t) len);
+      free(buf);
+    } else if (text && *text)
+      job_input(e, j, text, strlen(text));
+    if (json_is_true(json_object_get(req, "eof")))
+      job_input(e, j, "\004", 1);
+  } else if (op && strcmp(op, "resize") == 0) {
+    json_int_t c = json_integer_value(json_object_get(req, "cols"));
+    json_int_t r = json_integer_value(json_object_get(req, "rows"));
+    if (c < 1 || c > 10000 || r < 1 || r > 10000)
+      return;
+    if (e->ops->resize)
+      e->ops->resize(e, j, (unsigned) c, (unsigned) r);
+    else if (j->tty && j->out.fd >= 0) {
+      struct winsize ws = { .ws_row = (unsigned short) r,
+                            .ws_col = (unsigned short) c };
+      ioctl(j->out.fd, TIOCSWINSZ, &ws);
+    }
+  } else if (op && strcmp(op, "signal") == 0) {
+    json_int_t sig = json_integer_value(json_object_get(req, "signal"));
+    if (sig > 0 && sig < NSIG)
+      e->ops->signal(e, j, (int) sig);
+  }
+}
+
 /* Handles the complete lines a client sent, one at a time: the next waits
  * until the current exec is answered, so results come back in order. */
 static void client_next(struct dsec_engine *e, struct dsec_client *cl)
 {
-  while (!cl->job) {
+  while (!cl->job || cl->job->interactive) {
     json_t *req, *r = NULL;
     const char *op;
 
     if (dsec_ctl_next(&cl->c, &req) == 0) {
-      if (cl->c.eof)
+      if (cl->c.eof && !cl->job)
         client_close(e, cl);
+      else if (cl->c.eof)
+        job_input_end(e, cl->job); /* the typing ends; the exec goes on */
       return;
     }
     op = json_string_value(json_object_get(req, "op"));
+    if (cl->job) {
+      interactive_input(e, cl->job, op, req);
+      json_decref(req);
+      continue;
+    }
     if (!op || strcmp(op, "exec") == 0) {
       if (e->suspended)
         reply_error(cl, "the sandbox is suspended (resume it first)",

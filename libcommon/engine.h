@@ -94,6 +94,8 @@ struct dsec_job {
   bool in_armed;          /* w_in is in the event loop */
   bool in_eof;            /* no more input: closed once written */
   struct dsec_copy_job *copy; /* a copy in or out (dsec-run cp) */
+  bool tty;               /* on a terminal: its master is out.fd (and in_fd) */
+  bool interactive;       /* its client sends input and resizes as it runs */
   int kill_sig;           /* what ended it at its deadline (0: SIGKILL) */
   /* sessions: a shell (shell true, a backend job), or a command run in
    * one (the engine's own: no backend job, priv NULL) */
@@ -156,6 +158,10 @@ struct dsec_backend_ops {
    * pipe given to dsec_job_pipes. */
   int (*input)(struct dsec_engine *e, struct dsec_job *j, const char *buf,
                size_t len);
+  /* An interactive exec's terminal is now cols x rows; NULL: the engine
+   * sets it on the master it was given (dsec_job_tty). */
+  void (*resize)(struct dsec_engine *e, struct dsec_job *j, unsigned cols,
+                 unsigned rows);
   /* Why this backend cannot run exclusive execs (refused as bad input),
    * or NULL. */
   const char *no_exclusive;
@@ -240,6 +246,9 @@ struct dsec_job *dsec_engine_job(struct dsec_engine *e, uint64_t xid);
  * writes the request's stdin); the descriptors are taken. */
 void dsec_job_pipes(struct dsec_engine *e, struct dsec_job *j, int out,
                     int err, int in);
+/* The exec runs on a terminal whose master is fd (taken): its output is
+ * read from it, its input written to it. */
+void dsec_job_tty(struct dsec_engine *e, struct dsec_job *j, int fd);
 /* Output that came otherwise (a guest's answer): kept within the cap,
  * streamed to a client that asked; total is the stream's whole size
  * (more than len when the guest kept only the cap). */

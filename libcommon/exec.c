@@ -102,6 +102,40 @@ int dsec_exec_request_check(json_t *req, char **why)
     *why = xstrdup("`exclusive` must be true or false");
     return -1;
   }
+  {
+    json_t *tty = json_object_get(req, "tty");
+    json_t *size = json_object_get(req, "tty_size");
+    json_t *inter = json_object_get(req, "interactive");
+    if ((tty && !json_is_null(tty) && !json_is_boolean(tty)) ||
+        (inter && !json_is_null(inter) && !json_is_boolean(inter))) {
+      *why = xstrdup("`tty` and `interactive` must be true or false");
+      return -1;
+    }
+    if (size && !json_is_null(size)) {
+      json_t *c = json_array_get(size, 0), *r = json_array_get(size, 1);
+      if (json_array_size(size) != 2 || !json_is_integer(c) ||
+          !json_is_integer(r) || json_integer_value(c) < 1 ||
+          json_integer_value(c) > 10000 || json_integer_value(r) < 1 ||
+          json_integer_value(r) > 10000) {
+        *why = xstrdup("`tty_size` must be [COLUMNS, ROWS], each from 1 to "
+                       "10000");
+        return -1;
+      }
+    }
+    if (json_is_true(inter) && !json_is_true(tty)) {
+      *why = xstrdup("an interactive exec runs on a terminal (`tty`)");
+      return -1;
+    }
+    if (json_is_true(tty) && json_is_true(json_object_get(req, "exclusive"))) {
+      *why = xstrdup("an exclusive exec cannot have a terminal");
+      return -1;
+    }
+    if (json_is_true(tty) && json_is_string(json_object_get(req, "session"))) {
+      *why = xstrdup("a session command runs in its session's shell, "
+                     "without a terminal");
+      return -1;
+    }
+  }
   v = json_object_get(req, "session");
   if (v && !json_is_null(v)) {
     const char *in = json_string_value(json_object_get(req, "stdin"));
@@ -164,6 +198,15 @@ json_t *dsec_exec_request_record(json_t *req, const char *default_workdir,
     json_object_set_new(rec, "exclusive", json_true());
   if (json_is_string(json_object_get(req, "session")))
     json_object_set(rec, "session", json_object_get(req, "session"));
+  if (json_is_true(json_object_get(req, "tty"))) {
+    json_t *size = json_object_get(req, "tty_size");
+    json_object_set_new(rec, "tty", json_true());
+    json_object_set_new(rec, "tty_size",
+                        json_is_array(size) ? json_deep_copy(size)
+                                            : json_pack("[i, i]", 80, 24));
+    if (json_is_true(json_object_get(req, "interactive")))
+      json_object_set_new(rec, "interactive", json_true());
+  }
   return rec;
 }
 

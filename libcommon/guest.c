@@ -173,6 +173,30 @@ void dsec_guest_exec_from(struct dsec_guest_exec *x, json_t *msg)
   x->uid = (uid_t) json_integer_value(json_object_get(msg, "uid"));
   x->gid = (gid_t) json_integer_value(json_object_get(msg, "gid"));
   x->builtin = json_string_value(json_object_get(msg, "builtin"));
+  x->tty = json_string_value(json_object_get(msg, "tty_path"));
+}
+
+int dsec_guest_openpty(uid_t uid, gid_t gid, unsigned cols, unsigned rows,
+                       char *path, size_t len)
+{
+  struct winsize ws = { .ws_row = (unsigned short) rows,
+                        .ws_col = (unsigned short) cols };
+  int m = posix_openpt(O_RDWR | O_NOCTTY | O_CLOEXEC);
+  if (m < 0)
+    return -1;
+  if (grantpt(m) < 0 || unlockpt(m) < 0 || ptsname_r(m, path, len) != 0) {
+    int e = errno;
+    close(m);
+    errno = e;
+    return -1;
+  }
+  /* the command's own, as a login's is (programs reopen /dev/tty) */
+  if (chown(path, uid, gid) < 0) {
+    /* a root without the capability: the terminal stays root's */
+  }
+  ioctl(m, TIOCSWINSZ, &ws);
+  fcntl(m, F_SETFL, O_NONBLOCK);
+  return m;
 }
 
 /* dsec's own commands (see guest.h): their status. */
@@ -219,8 +243,15 @@ _Noreturn void dsec_guest_exec(const struct dsec_guest_exec *x)
    * no disk fills with them); the hard limit too, for good */
   if (setrlimit(RLIMIT_CORE, &none) < 0)
     _exit(DSEC_EXIT_INTERNAL);
-  if (dup2(x->fds[0], 0) < 0 || dup2(x->fds[1], 1) < 0 ||
-      dup2(x->fds[2], 2) < 0)
+  if (x->tty) {
+    /* the terminal: opened as the session's leader, it is its controlling
+     * one */
+    int t = open(x->tty, O_RDWR | O_CLOEXEC);
+    if (t < 0 || ioctl(t, TIOCSCTTY, 0) < 0 || dup2(t, 0) < 0 ||
+        dup2(t, 1) < 0 || dup2(t, 2) < 0)
+      _exit(DSEC_EXIT_INTERNAL);
+  } else if (dup2(x->fds[0], 0) < 0 || dup2(x->fds[1], 1) < 0 ||
+             dup2(x->fds[2], 2) < 0)
     _exit(DSEC_EXIT_INTERNAL);
   /* everything inherited goes, but the backend's channel at 3 */
   if (x->keep >= 0) {

@@ -70,7 +70,17 @@ struct dsec_guest_exec {
    *   copy_out SRC               SRC as a copy stream on stdout
    * Its error is one line on stderr, its status 1. */
   const char *builtin;
+  /* A terminal's other end (the exec message's "tty_path", allocated by
+   * the parent with dsec_guest_openpty): stdin, stdout and stderr, and
+   * the controlling terminal; fds are then closed unused.  NULL: none. */
+  const char *tty;
 };
+
+/* A pseudo-terminal for an exec: its master (close-on-exec, non-blocking)
+ * and the path of its other end in path (len bytes), given to uid:gid,
+ * cols x rows.  -1 with errno. */
+int dsec_guest_openpty(uid_t uid, gid_t gid, unsigned cols, unsigned rows,
+                       char *path, size_t len);
 
 /* Fills argv, envp, cwd, uid and gid of x from an exec message (its
  * "argv", "env", "cwd", "uid" and "gid"; the strings stay msg's). */

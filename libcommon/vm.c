@@ -1223,6 +1223,16 @@ static void vm_signal(struct dsec_engine *e, struct dsec_job *j, int sig)
   agent_send(v, m, NULL, 0);
 }
 
+/* An interactive exec's terminal size, in the guest. */
+static void vm_resize(struct dsec_engine *e, struct dsec_job *j, unsigned cols,
+                      unsigned rows)
+{
+  struct vm *v = e->b;
+  agent_send(v, json_pack("{s:s, s:I, s:i, s:i}", "op", "resize", "id",
+                          (json_int_t) j->xid, "cols", (int) cols, "rows",
+                          (int) rows), NULL, 0);
+}
+
 /* More input for an exec that keeps its stdin open (a session's shell,
  * a copy in); buf NULL: its end. */
 static int vm_input(struct dsec_engine *e, struct dsec_job *j, const char *buf,
@@ -1644,6 +1654,7 @@ static const struct dsec_backend_ops vm_ops = {
   .deadline = vm_deadline,
   .signal = vm_signal,
   .input = vm_input,
+  .resize = vm_resize,
   .freeze = vm_freeze,
   .checkpoint = vm_checkpoint,
   .checkpoint_freezes = true,

@@ -559,7 +559,8 @@ static void job_start(json_t *req, const char *stdin_buf, size_t stdin_len)
              NULL, 0, NULL, 0);
     return;
   }
-  int in[2], out[2], er[2];
+  int in[2], out[2], er[2], tty = -1;
+  char *tty_in = NULL;
   double timeout_ms = json_number_value(json_object_get(req, "timeout_ms"));
   json_int_t cap = json_integer_value(json_object_get(req, "cap"));
 
@@ -574,6 +575,26 @@ static void job_start(json_t *req, const char *stdin_buf, size_t stdin_len)
   /* the child's ends must block: O_NONBLOCK is per open file */
   fcntl(out[1], F_SETFL, 0);
   fcntl(er[1], F_SETFL, 0);
+  if (json_is_true(json_object_get(req, "tty"))) {
+    /* a terminal: the command's stdin, stdout and stderr; we read and
+     * write its master instead of the pipes */
+    char path[64];
+    tty = dsec_guest_openpty(
+      (uid_t) json_integer_value(json_object_get(req, "uid")),
+      (gid_t) json_integer_value(json_object_get(req, "gid")),
+      (unsigned) json_integer_value(json_object_get(req, "cols")),
+      (unsigned) json_integer_value(json_object_get(req, "rows")), path,
+      sizeof path);
+    if (tty < 0) {
+      for (int i = 0; i < 2; i++)
+        close(in[i]), close(out[i]), close(er[i]);
+      send_msg(json_pack("{s:s, s:I, s:s}", "op", "result", "id", j->id,
+                         "error", "cannot allocate a terminal"), NULL, 0, NULL, 0);
+      free(j);
+      return;
+    }
+    json_object_set_new(req, "tty_path", json_string(path));
+  }
   j->oom_before = oom_kills();
   j->pid = fork();
   if (j->pid == 0)
@@ -585,10 +606,29 @@ static void job_start(json_t *req, const char *stdin_buf, size_t stdin_len)
     close(in[1]);
     close(out[0]);
     close(er[0]);
+    if (tty >= 0)
+      close(tty);
     send_msg(json_pack("{s:s, s:I, s:s}", "op", "result", "id", j->id, "error",
                        "fork failed"), NULL, 0, NULL, 0);
     free(j);
     return;
+  }
+  if (tty >= 0) {
+    close(out[0]);
+    close(in[1]);
+    out[0] = tty;
+    in[1] = dup(tty);
+    if (stdin_len) {
+      /* then the end of input, as a terminal says it (^D at a line's
+       * start; a second one ends a partial line first) */
+      char *d = malloc(stdin_len + 2);
+      if (d) {
+        memcpy(d, stdin_buf, stdin_len);
+        d[stdin_len] = d[stdin_len + 1] = '\004';
+        stdin_buf = tty_in = d;
+        stdin_len += stdin_buf[stdin_len - 1] == '\n' ? 1 : 2;
+      }
+    }
   }
   {
     bool stream = json_is_true(json_object_get(req, "stream"));
@@ -613,6 +653,7 @@ static void job_start(json_t *req, const char *stdin_buf, size_t stdin_len)
     close(in[1]);
     j->in_fd = -1;
   }
+  free(tty_in);
   if (timeout_ms > 0)
     j->deadline = now_ms() + timeout_ms;
   j->next = jobs;
@@ -1257,6 +1298,15 @@ static void handle(json_t *req, const char *payload, size_t plen)
           kill(-j->pid, sig);
     } else
       kill(-1, sig);
+  } else if (strcmp(op, "resize") == 0) {
+    /* an interactive exec's terminal */
+    struct winsize ws = {
+      .ws_row = (unsigned short) json_integer_value(json_object_get(req, "rows")),
+      .ws_col = (unsigned short) json_integer_value(json_object_get(req, "cols")),
+    };
+    for (struct job *j = jobs; j; j = j->next)
+      if (j->id == json_integer_value(id) && j->out.fd >= 0)
+        ioctl(j->out.fd, TIOCSWINSZ, &ws);
   } else if (strcmp(op, "stdin") == 0) {
     /* more input for a session's shell or a copy; "eof": no more (closed
      * once what waits is written) */

@@ -16,6 +16,8 @@
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
+#include <termios.h>
+#include <sys/ioctl.h>
 #include <unistd.h>
 
 #include <openssl/evp.h>
@@ -73,6 +75,8 @@ enum {
   OPT_STREAM,
   OPT_SESSION,
   OPT_ARCHIVE,
+  OPT_TTY,
+  OPT_TTY_SIZE,
   OPT_END,
 };
 
@@ -112,6 +116,8 @@ static const struct option long_options[] = {
   { "stream", no_argument, NULL, OPT_STREAM },
   { "timeout", required_argument, NULL, OPT_TIMEOUT },
   { "ttl", required_argument, NULL, OPT_TTL },
+  { "tty", no_argument, NULL, OPT_TTY },
+  { "tty-size", required_argument, NULL, OPT_TTY_SIZE },
   { "user", required_argument, NULL, OPT_USER },
   { "workdir", required_argument, NULL, OPT_WORKDIR },
   DSEC_COMMON_LONG_OPTIONS,
@@ -146,6 +152,8 @@ static void help(const struct dsec_front *front)
          "  serve                                JSON Lines requests on stdin,\n"
          "                                       answers with their rid on stdout\n"
          "  kill ID [SIGNAL]                     signal every process in it\n"
+         "  shell ID [-- CMD...]                 an interactive shell (or CMD) on a\n"
+         "                                       terminal in the sandbox\n"
          "  cp [-a] [--seq N] SRC DST            copy files in or out: one side is\n"
          "                                       ID:PATH\n"
          "  session ls ID [NAME]                 the sandbox's sessions\n"
@@ -196,6 +204,9 @@ static void help(const struct dsec_front *front)
          "then\n"
          "                         the result\n"
          "      --timeout=S        kill the command after S seconds\n"
+         "      --tty              (exec) run the command on a terminal\n"
+         "      --tty-size=CxR     (exec) the terminal's columns and rows "
+         "(80x24)\n"
          "\n"
          "Other options:\n"
          "  -a, --archive          (cp) also keep owners and setuid bits of what\n"
@@ -425,7 +436,8 @@ static int parse(int argc, char **argv, struct opts *o, bool *exit_now)
     case OPT_ENV:
       if (parse_kv(optarg, "env", &k, &v))
         return DSEC_EXIT_USAGE;
-      if (strcmp(o->verb->name, "exec") == 0) {
+      if (strcmp(o->verb->name, "exec") == 0 ||
+          strcmp(o->verb->name, "shell") == 0) {
         json_t *env = json_object_get(o->exec, "env");
         if (!env)
           json_object_set_new(o->exec, "env", env = json_object());
@@ -440,7 +452,8 @@ static int parse(int argc, char **argv, struct opts *o, bool *exit_now)
       free(v);
       break;
     case OPT_WORKDIR:
-      if (strcmp(o->verb->name, "exec") == 0)
+      if (strcmp(o->verb->name, "exec") == 0 ||
+          strcmp(o->verb->name, "shell") == 0)
         json_object_set_new(o->exec, "workdir", json_string(optarg));
       else
         dsec_spec_set(o->spec, "workdir", json_string(optarg));
@@ -524,6 +537,20 @@ static int parse(int argc, char **argv, struct opts *o, bool *exit_now)
     case OPT_ARCHIVE:
       o->archive = true;
       break;
+    case OPT_TTY:
+      json_object_set_new(o->exec, "tty", json_true());
+      break;
+    case OPT_TTY_SIZE: {
+      unsigned c, r;
+      char x;
+      if (sscanf(optarg, "%ux%u%c", &c, &r, &x) != 2 || c < 1 || r < 1 ||
+          c > 10000 || r > 10000)
+        return dsec_usage_error("--tty-size takes COLSxROWS, as 120x40");
+      json_object_set_new(o->exec, "tty_size", json_pack("[i, i]", (int) c,
+                                                         (int) r));
+      json_object_set_new(o->exec, "tty", json_true());
+      break;
+    }
     case OPT_SESSION:
       if (!dsec_session_name_ok(optarg))
         return dsec_usage_error("--session takes a name of 1 to 64 letters, "
@@ -1709,6 +1736,146 @@ static json_t *supervisor_op(const char *id, json_t *req,
   return res;
 }
 
+/* ---- shell */
+
+/* An interactive exec on a terminal, the way podman exec -it is: our
+ * terminal in raw mode, keys to the sandbox's terminal, its output to
+ * ours, our window's size to it; the command's status is ours. */
+static int do_shell(struct opts *o, int *status, struct dsec_error **err)
+{
+  static const char *const sh[] = {
+    "/bin/sh", "-c",
+    "if command -v bash >/dev/null 2>&1; then exec bash -il; fi; exec sh -il",
+  };
+  _cleanup_free_ char *id = dsec_sandbox_resolve(o->args[0], err);
+  _cleanup_json_ json_t *req = NULL;
+  struct dsec_conn *c = NULL;
+  struct winsize ws = { .ws_row = 24, .ws_col = 80 };
+  struct termios saved, raw;
+  bool term = isatty(STDIN_FILENO), in_open = true, raw_set = false;
+  sigset_t mask, old;
+  int sfd = -1, ret = -1;
+  json_t *cmd = json_array(), *env;
+
+  if (!id)
+    return -1;
+  if (o->ncmd)
+    for (int i = 0; i < o->ncmd; i++)
+      json_array_append_new(cmd, json_string(o->cmd[i]));
+  else
+    for (size_t i = 0; i < ARRAY_SIZE(sh); i++)
+      json_array_append_new(cmd, json_string(sh[i]));
+  if (term)
+    ioctl(STDIN_FILENO, TIOCGWINSZ, &ws);
+  req = json_deep_copy(o->exec);
+  json_object_set_new(req, "op", json_string("exec"));
+  json_object_set_new(req, "cmd", cmd);
+  json_object_set_new(req, "tty", json_true());
+  json_object_set_new(req, "interactive", json_true());
+  json_object_set_new(req, "tty_size", json_pack("[i, i]", ws.ws_col ? ws.ws_col : 80,
+                                                 ws.ws_row ? ws.ws_row : 24));
+  env = json_object_get(req, "env");
+  if (!env)
+    json_object_set_new(req, "env", env = json_object());
+  if (!json_object_get(env, "TERM"))
+    json_object_set_new(env, "TERM", json_string(getenv("TERM") ?: "xterm"));
+  if (connect_running(id, &c, err) < 0 || dsec_conn_send(c, req, err) < 0) {
+    dsec_conn_close(c);
+    return -1;
+  }
+  sigemptyset(&mask);
+  sigaddset(&mask, SIGWINCH);
+  sigprocmask(SIG_BLOCK, &mask, &old);
+  sfd = signalfd(-1, &mask, SFD_CLOEXEC);
+  if (term && tcgetattr(STDIN_FILENO, &saved) == 0) {
+    raw = saved;
+    cfmakeraw(&raw);
+    raw_set = tcsetattr(STDIN_FILENO, TCSANOW, &raw) == 0;
+  }
+  for (;;) {
+    struct pollfd pf[3] = { { dsec_conn_fd(c), POLLIN, 0 },
+                            { sfd, POLLIN, 0 },
+                            { in_open ? STDIN_FILENO : -1, POLLIN, 0 } };
+    if (!dsec_conn_pending(c) && poll(pf, 3, -1) < 0) {
+      if (errno == EINTR)
+        continue;
+      dsec_fail(err, errno, "poll");
+      break;
+    }
+    if (pf[2].revents) {
+      char buf[4096];
+      ssize_t n = read(STDIN_FILENO, buf, sizeof buf);
+      json_t *m;
+      if (n <= 0) {
+        in_open = false;
+        m = json_pack("{s:s, s:b}", "op", "input", "eof", true);
+      } else {
+        char *b64 = xmalloc((size_t) n / 3 * 4 + 8);
+        EVP_EncodeBlock((unsigned char *) b64, (const unsigned char *) buf,
+                        (int) n);
+        m = json_pack("{s:s, s:s}", "op", "input", "data_b64", b64);
+        free(b64);
+      }
+      if (dsec_conn_send(c, m, err) < 0) {
+        json_decref(m);
+        break;
+      }
+      json_decref(m);
+    }
+    if (pf[1].revents) {
+      struct signalfd_siginfo si;
+      json_t *m;
+      while (read(sfd, &si, sizeof si) == sizeof si)
+        ;
+      if (ioctl(STDIN_FILENO, TIOCGWINSZ, &ws) == 0) {
+        m = json_pack("{s:s, s:i, s:i}", "op", "resize", "cols",
+                      (int) ws.ws_col, "rows", (int) ws.ws_row);
+        dsec_conn_send(c, m, NULL);
+        json_decref(m);
+      }
+    }
+    if (pf[0].revents || dsec_conn_pending(c)) {
+      json_t *m = dsec_conn_recv(c, err);
+      const char *type, *b64;
+      if (!m)
+        break;
+      type = json_string_value(json_object_get(m, "type")) ?: "";
+      if (strcmp(type, "output") == 0) {
+        b64 = json_string_value(json_object_get(m, "data_b64"));
+        if (b64) {
+          size_t n = strlen(b64);
+          unsigned char *out = xmalloc(n / 4 * 3 + 3);
+          int len = EVP_DecodeBlock(out, (const unsigned char *) b64, (int) n);
+          if (len > 0 && n >= 2 && b64[n - 1] == '=')
+            len -= b64[n - 2] == '=' ? 2 : 1;
+          if (len > 0)
+            dsec_write_all(STDOUT_FILENO, out, (size_t) len, NULL);
+          free(out);
+        }
+        json_decref(m);
+        continue;
+      }
+      if (strcmp(type, "error") == 0) {
+        json_int_t code = json_integer_value(json_object_get(m, "exit_code"));
+        dsec_error_set(err, code ? (int) code : DSEC_EXIT_INTERNAL, 0, "%s",
+                       json_string_value(json_object_get(m, "error")));
+      } else {
+        *status = exit_status_of(m);
+        ret = 0;
+      }
+      json_decref(m);
+      break;
+    }
+  }
+  if (raw_set)
+    tcsetattr(STDIN_FILENO, TCSANOW, &saved);
+  sigprocmask(SIG_SETMASK, &old, NULL);
+  if (sfd >= 0)
+    close(sfd);
+  dsec_conn_close(c);
+  return ret;
+}
+
 /* ---- cp */
 
 /* The sandbox side of a cp argument, ID:PATH: the id (new), *path set;
@@ -2709,6 +2876,10 @@ VERB_NOSTATUS(fork, do_fork(o, err))
 VERB_NOSTATUS(serve, do_serve(o->front, err))
 VERB_NOSTATUS(pool, do_pool(o, err))
 VERB_NOSTATUS(cp, do_cp(o, err))
+static int verb_shell(struct opts *o, int *status, struct dsec_error **err)
+{
+  return do_shell(o, status, err);
+}
 VERB_NOSTATUS(session, do_session(o, o->args[0], o->args[1],
                                   o->nargs > 2 ? o->args[2] : NULL, err))
 
@@ -2717,7 +2888,8 @@ static const struct verb verbs[] = {
     "create takes no arguments" },
   { "exec", verb_exec,
     O(OPT_ENV) | O(OPT_WORKDIR) | EXEC_OPTS | O(OPT_REQUESTS) |
-      O(OPT_EXCLUSIVE) | O(OPT_STREAM) | O(OPT_SESSION),
+      O(OPT_EXCLUSIVE) | O(OPT_STREAM) | O(OPT_SESSION) | O(OPT_TTY) |
+      O(OPT_TTY_SIZE),
     1, 1, MAY_CMD, true, "exec: give one sandbox ID" },
   { "run", do_run,
     CREATE_OPTS | O(OPT_NAME) | EXEC_OPTS | O(OPT_RM) | O(OPT_ATTACH) |
@@ -2746,6 +2918,8 @@ static const struct verb verbs[] = {
     "serve takes no arguments (requests come on standard input)" },
   { "pool", verb_pool, CREATE_OPTS | O(OPT_SIZE), 0, 0, NO_CMD, false,
     "pool takes no arguments" },
+  { "shell", verb_shell, O(OPT_ENV) | O(OPT_WORKDIR), 1, 1, MAY_CMD, true,
+    "shell: give one sandbox ID" },
   { "cp", verb_cp, O(OPT_ARCHIVE) | O(OPT_SEQ), 2, 2, NO_CMD, false,
     "cp: give SRC and DST (one of them ID:PATH)" },
   { "session", verb_session, 0, 2, 3, NO_CMD, false,
