@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/types.h>
 #include <sys/uio.h>
 #include <unistd.h>
 
@@ -104,6 +105,30 @@ void dsec_copy_parser_free(struct dsec_copy_parser *p)
 bool dsec_copy_parser_done(const struct dsec_copy_parser *p)
 {
   return p->state == S_DONE;
+}
+
+/* The bytes of file data the parser waits for now (0: a header's). */
+static uint64_t parser_data_left(const struct dsec_copy_parser *p)
+{
+  return p->state == S_DATA ? p->left : 0;
+}
+
+/* The bytes of header the parser waits for now (at least 1). */
+static size_t header_want(const struct dsec_copy_parser *p)
+{
+  size_t n = p->need - p->got;
+  return n ? n : 1;
+}
+
+/* n of those went to the file otherwise (spliced). */
+static void parser_data_taken(struct dsec_copy_parser *p, size_t n)
+{
+  p->left -= n;
+  if (p->left == 0) {
+    p->state = S_CLEN;
+    p->need = 4;
+    p->got = 0;
+  }
 }
 
 static uint32_t be32(const unsigned char *b)
@@ -283,6 +308,7 @@ struct sender {
   size_t len;
   char *data;           /* a chunk being read */
   uint64_t skipped;
+  bool splice;          /* the stream is a pipe, as far as we know */
   char path[DSEC_COPY_PATH_MAX + 1];
 };
 
@@ -330,8 +356,64 @@ static int s_entry(struct sender *s, int kind, const char *path,
 
 /* A regular file's data, as it reads now (a file that grows or shrinks
  * meanwhile is sent as read). */
-static int s_file(struct sender *s, int fd, const char *path)
+static int s_file(struct sender *s, int fd, const char *path,
+                  const struct stat *st)
 {
+  off_t left = st->st_size;
+  /* what the file held when it was opened: spliced from the page cache
+   * to the stream (a pipe), no copy through us; a file that shrinks
+   * meanwhile is padded with zeros (the chunk's length is sent first),
+   * one that grows is read on to its end */
+  while (left > 0 && s->splice) {
+    size_t want = left < (off_t) DSEC_COPY_CHUNK ? (size_t) left
+                                                : DSEC_COPY_CHUNK;
+    size_t moved = 0;
+    if (s_u32(s, (uint32_t) want) < 0 || s_flush(s) < 0)
+      return -1;
+    while (moved < want) {
+      ssize_t n = splice(fd, NULL, s->fd, NULL, want - moved, SPLICE_F_MORE);
+      if (n < 0 && errno == EINTR)
+        continue;
+      if (n < 0 && moved == 0 && (errno == EINVAL || errno == ENOSYS)) {
+        /* not a pipe: read and write from here on, this chunk too */
+        s->splice = false;
+        break;
+      }
+      if (n < 0)
+        return say(s->why, "cannot read %s: %s", *path ? path : "the file",
+                   strerror(errno));
+      if (n == 0) {
+        /* shrunk: the rest of the chunk as zeros */
+        memset(s->data, 0, want - moved);
+        if (write_all(s->fd, s->data, want - moved) < 0)
+          return say(s->why, "cannot write the copy stream: %s",
+                     strerror(errno));
+        left = 0;
+        moved = want;
+        break;
+      }
+      moved += (size_t) n;
+    }
+    if (moved < want) {
+      /* the chunk announced: the rest of its data read and written */
+      size_t got = 0;
+      while (got < want - moved) {
+        ssize_t n = read(fd, s->data + got, want - moved - got);
+        if (n < 0 && errno == EINTR)
+          continue;
+        if (n < 0)
+          return say(s->why, "cannot read %s: %s", *path ? path : "the file",
+                     strerror(errno));
+        if (n == 0)
+          break;
+        got += (size_t) n;
+      }
+      memset(s->data + got, 0, want - moved - got);
+      if (s_put(s, s->data, want - moved) < 0)
+        return -1;
+    }
+    left -= (off_t) want;
+  }
   for (;;) {
     ssize_t n = read(fd, s->data, DSEC_COPY_CHUNK);
     if (n < 0 && errno == EINTR)
@@ -458,7 +540,7 @@ static int s_any(struct sender *s, int dirfd, const char *name, size_t plen,
   r = s_entry(s, S_ISDIR(st.st_mode) ? 'd' : 'f', s->path, &st);
   if (r == 0)
     r = S_ISDIR(st.st_mode) ? s_dir(s, fd, plen, depth)
-                            : s_file(s, fd, s->path);
+                            : s_file(s, fd, s->path, &st);
   close(fd);
   return r;
 }
@@ -478,6 +560,10 @@ int dsec_copy_send(int out, const char *src, uint64_t *skipped, char *why)
   }
   s->fd = out;
   s->why = why;
+  {
+    struct stat os;
+    s->splice = fstat(out, &os) == 0 && S_ISFIFO(os.st_mode);
+  }
   /* "dir/." is dir's contents; "dir/" is dir, followed if a link */
   if (n >= 2 && strcmp(copy + n - 2, "/.") == 0) {
     contents = follow = true;
@@ -537,7 +623,7 @@ int dsec_copy_send(int out, const char *src, uint64_t *skipped, char *why)
     if (S_ISREG(st.st_mode))
       fcntl(fd, F_SETFL, 0);
     if (s_entry(s, S_ISDIR(st.st_mode) ? 'd' : 'f', "", &st) < 0 ||
-        (S_ISDIR(st.st_mode) ? s_dir(s, fd, 0, 0) : s_file(s, fd, src)) < 0)
+        (S_ISDIR(st.st_mode) ? s_dir(s, fd, 0, 0) : s_file(s, fd, src, &st)) < 0)
       goto out;
   }
   if (s_put(s, "e", 1) < 0 || s_flush(s) < 0)
@@ -915,7 +1001,9 @@ int dsec_copy_receive(int in, const char *dst, unsigned keep, uid_t uid,
   struct dsec_copy_sink *s = dsec_copy_sink_new(dst, keep, uid, gid, why);
   struct dsec_copy_parser *p = s ? dsec_copy_parser_new(&dsec_copy_sink_ops, s, why)
                                  : NULL;
-  char *buf = malloc(1u << 18);
+  char *buf = malloc(1u << 20);
+  struct stat st;
+  bool spl = fstat(in, &st) == 0 && S_ISFIFO(st.st_mode);
   int r = -1;
 
   why[0] = '\0';
@@ -925,7 +1013,32 @@ int dsec_copy_receive(int in, const char *dst, unsigned keep, uid_t uid,
     goto out;
   }
   for (;;) {
-    ssize_t n = read(in, buf, 1u << 18);
+    uint64_t left = parser_data_left(p);
+    size_t want = 1u << 20;
+    ssize_t n;
+    if (left > 0 && spl && s->fd >= 0) {
+      /* a file's data: from the stream (a pipe) to the file, no copy
+       * through us */
+      n = splice(in, NULL, s->fd, NULL, left, SPLICE_F_MOVE);
+      if (n < 0 && errno == EINTR)
+        continue;
+      if (n > 0) {
+        parser_data_taken(p, (size_t) n);
+        continue;
+      }
+      if (n == 0)
+        break; /* cut short */
+      if (errno != EINVAL && errno != ENOSYS) {
+        say(why, "cannot write %s: %s", s->fleaf, strerror(errno));
+        goto out;
+      }
+      spl = false;
+    }
+    /* headers: no more than they need, so that data can be spliced */
+    if (spl)
+      want = left > 0 ? (left < want ? (size_t) left : want)
+                      : header_want(p);
+    n = read(in, buf, want);
     if (n < 0 && errno == EINTR)
       continue;
     if (n < 0) {

@@ -222,6 +222,7 @@ static void accept_clients(struct dsec_engine *e, void *p, uint32_t events)
 static void session_output(struct dsec_session *s, int no, const char *buf,
                            size_t n);
 static void copy_out_data(struct dsec_job *j, const char *buf, size_t n);
+static bool copy_out_tee(struct dsec_capture *c);
 static void copy_resume(struct dsec_engine *e, struct dsec_job *j);
 
 /* Output of an exec: kept within the cap; a streaming client gets what
@@ -254,6 +255,8 @@ static void capture_read(struct dsec_capture *c)
 {
   static char buf[1u << 18];
   if (c->fd < 0)
+    return;
+  if (c->job->copy && c == &c->job->out && copy_out_tee(c))
     return;
   for (;;) {
     ssize_t n = read(c->fd, buf, sizeof buf);
@@ -1400,6 +1403,72 @@ static void copy_replay_done(struct dsec_engine *e, struct dsec_job *j)
   copy_answer(e, j, res);
 }
 
+static void copy_readable(struct dsec_engine *e, void *p, uint32_t events);
+
+/* The job's stdin took what tee left waiting: the client's pipe again. */
+static void copy_tee_writable(struct dsec_engine *e, void *p, uint32_t events)
+{
+  struct dsec_job *j = p;
+  epoll_ctl(e->epfd, EPOLL_CTL_DEL, j->in_fd, NULL);
+  j->in_armed = false;
+  copy_watch(j->copy, true);
+  copy_readable(e, j, events);
+}
+
+/* An upload from the client's pipe straight to the job's stdin pipe (a
+ * container's): tee(2) gives the job the pages and leaves them to be read
+ * here, so the supervisor checks and hashes what the job gets without
+ * copying it on.  1: handled; 0: the plain way (read, then write). */
+static int copy_tee(struct dsec_engine *e, struct dsec_job *j, char *buf,
+                    size_t cap)
+{
+  struct dsec_copy_job *c = j->copy;
+
+  if (c->recorded || e->ops->input || j->in_fd < 0 || job_backlog(j) > 0)
+    return 0;
+  for (int rounds = 0; rounds < 16; rounds++) {
+    ssize_t n = tee(c->fd, j->in_fd, cap, SPLICE_F_NONBLOCK);
+    if (n < 0 && errno == EINTR)
+      continue;
+    if (n < 0 && errno == EAGAIN) {
+      struct pollfd pf = { j->in_fd, POLLOUT, 0 };
+      if (poll(&pf, 1, 0) == 1 && (pf.revents & POLLOUT))
+        return 1; /* the client's pipe is empty: wait for it */
+      /* the job's is full: wait for it instead */
+      copy_watch(c, false);
+      j->w_in = (struct dsec_watch){ copy_tee_writable, j, false };
+      j->in_armed = dsec_engine_watch(e, j->in_fd, EPOLLOUT, &j->w_in) == 0;
+      return 1;
+    }
+    if (n < 0)
+      return 0; /* not pipes after all */
+    if (n == 0) {
+      copy_watch(c, false);
+      c->eof = true;
+      job_input_end(e, j);
+      return 1;
+    }
+    /* what the job got, now taken from the client's pipe */
+    for (size_t got = 0; got < (size_t) n;) {
+      ssize_t r = read(c->fd, buf + got, (size_t) n - got);
+      if (r < 0 && errno == EINTR)
+        continue;
+      if (r <= 0) {
+        snprintf(c->why, sizeof c->why, "the copy stream broke: %s",
+                 r < 0 ? strerror(errno) : "cut short");
+        copy_refuse(j);
+        return 1;
+      }
+      got += (size_t) r;
+    }
+    if (dsec_copy_parse(c->p, buf, (size_t) n) < 0) {
+      copy_refuse(j);
+      return 1;
+    }
+  }
+  return 1;
+}
+
 /* The client's pipe of an upload: read as the job takes it. */
 static void copy_readable(struct dsec_engine *e, void *p, uint32_t events)
 {
@@ -1408,6 +1477,8 @@ static void copy_readable(struct dsec_engine *e, void *p, uint32_t events)
   static char buf[1u << 20];
   (void) events;
 
+  if (c->watching && copy_tee(e, j, buf, sizeof buf))
+    return;
   for (int rounds = 0; rounds < 16 && c->watching; rounds++) {
     ssize_t n;
     if (!c->recorded && job_backlog(j) > COPY_BACKLOG_MAX) {
@@ -1444,6 +1515,70 @@ static void copy_resume(struct dsec_engine *e, struct dsec_job *j)
   (void) e;
   if (!j->copy->eof && !j->copy->bad)
     copy_watch(j->copy, true);
+}
+
+/* Waits for the client's pipe to take more: false when it does not
+ * within the timeout (the copy is refused). */
+static bool copy_out_wait(struct dsec_job *j)
+{
+  struct pollfd pf = { j->copy->fd, POLLOUT, 0 };
+  int r;
+  do
+    r = poll(&pf, 1, COPY_WRITE_TIMEOUT_MS);
+  while (r < 0 && errno == EINTR);
+  if (r > 0 && !(pf.revents & (POLLERR | POLLHUP)))
+    return true;
+  snprintf(j->copy->why, sizeof j->copy->why, r > 0
+           ? "the client is gone" : "the client stopped reading the copy");
+  copy_refuse(j);
+  return false;
+}
+
+/* A copy out from the job's stdout pipe (a container's) straight to the
+ * client's pipe: tee(2) gives the client the pages, then they are read
+ * here to be checked and hashed.  False: the plain way (read, write). */
+static bool copy_out_tee(struct dsec_capture *cap)
+{
+  struct dsec_job *j = cap->job;
+  struct dsec_copy_job *c = j->copy;
+  static char buf[1u << 20];
+
+  if (c->bad || c->fd < 0)
+    return false;
+  for (int rounds = 0; rounds < 16; rounds++) {
+    ssize_t n = tee(cap->fd, c->fd, sizeof buf, SPLICE_F_NONBLOCK);
+    if (n < 0 && errno == EINTR)
+      continue;
+    if (n < 0 && errno == EAGAIN) {
+      struct pollfd pf = { c->fd, POLLOUT, 0 };
+      if (poll(&pf, 1, 0) == 1 && pf.revents == POLLOUT)
+        return true; /* the job's pipe is empty: wait for it */
+      if (!copy_out_wait(j))
+        return true;
+      continue;
+    }
+    if (n < 0)
+      return rounds == 0 ? false : true;
+    if (n == 0) {
+      /* the job's end of its stdout */
+      close(cap->fd);
+      cap->fd = -1;
+      return true;
+    }
+    for (size_t got = 0; got < (size_t) n;) {
+      ssize_t r = read(cap->fd, buf + got, (size_t) n - got);
+      if (r < 0 && errno == EINTR)
+        continue;
+      if (r <= 0)
+        return true;
+      got += (size_t) r;
+    }
+    if (dsec_copy_parse(c->p, buf, (size_t) n) < 0) {
+      copy_refuse(j);
+      return true;
+    }
+  }
+  return true;
 }
 
 /* A copy out's stream, as the job writes it: checked, hashed, bounded,
