@@ -512,6 +512,8 @@ void dsec_job_finish(struct dsec_engine *e, struct dsec_job *j,
     json_object_set_new(res, "error", json_string(end->error));
   if (end->extra)
     json_object_update(res, end->extra);
+  if (e->exec_extra)
+    json_object_update_missing(res, e->exec_extra);
   {
     _cleanup_error_ struct dsec_error *err = NULL;
     if (dsec_traj_append(&e->traj, j->seq, j->req, res, &err) < 0) {

@@ -182,6 +182,8 @@ struct dsec_engine {
   size_t njobs, nshells;
   struct dsec_session **sessions;
   size_t nsessions;
+  json_t *exec_extra;         /* fields every exec's result carries (a VM's
+                               * accelerator), or NULL */
   bool keeps_processes;       /* restored with its processes (a VM's
                                * memory): earlier sessions live on */
   uint64_t next_xid;

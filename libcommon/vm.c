@@ -1703,6 +1703,8 @@ _Noreturn void dsec_vm_supervisor_main(struct dsec_container_opts *o)
   v->agent = v->qmp = v->console_fd = v->net_chan = v->console_in = -1;
   v->accel = dsec_vm_accelerator();
   dsec_engine_init(e, o, &vm_ops, v);
+  /* every exec's result says where it ran, a session's command too */
+  e->exec_extra = json_pack("{s:s}", "accelerator", v->accel);
   if (geteuid() != 0) {
     dsec_fail(&err, EPERM, "dsec-vm needs root (QEMU's containment)");
     vm_fail(v, err);
