@@ -8,12 +8,13 @@ subprocess pipes, for any number of tasks on one Serve.
             ...
         await sb.remove()
 
-One reader task hands each answer to the request of its rid; requests are
-written whole under a lock.  A Serve belongs to the event loop that
-started it.
+Answers are handed to the request of their rid as they are read (in the
+pipe's protocol callback); each request is written whole.  A Serve belongs
+to the event loop that started it.
 """
 
 import asyncio
+import collections
 import itertools
 import json
 import os
@@ -26,19 +27,18 @@ __all__ = ["Serve", "Sandbox", "Session", "Pending"]
 
 _CLOSED = object()
 
-# serve's answer lines can be as long as what an exec keeps of its output
-_LINE_LIMIT = 1 << 32
-
 
 class Pending:
     """A request sent and not necessarily answered yet (see Serve.submit)."""
 
-    __slots__ = ("_call", "_q", "_serve", "records", "_done", "_error")
+    __slots__ = ("_call", "_items", "_waiter", "_serve", "records", "_done",
+                 "_error")
 
     def __init__(self, serve, call):
         self._serve = serve
         self._call = call
-        self._q = asyncio.Queue()
+        self._items = collections.deque()
+        self._waiter = None
         #: the answer records received so far
         self.records = []
         self._done = False
@@ -48,8 +48,20 @@ class Pending:
     def rid(self):
         return self._call.rid
 
+    def _push(self, item):
+        self._items.append(item)
+        w = self._waiter
+        if w is not None and not w.done():
+            w.set_result(None)
+
     async def _next(self):
-        rec, final = await self._q.get()
+        while not self._items:
+            self._waiter = self._serve._loop.create_future()
+            try:
+                await self._waiter
+            finally:
+                self._waiter = None
+        rec, final = self._items.popleft()
         if rec is _CLOSED:
             self._done = True
             self._error = self._serve._closed_error()
@@ -78,6 +90,62 @@ class Pending:
         return P.check(self.records[-1])
 
 
+class _Protocol(asyncio.SubprocessProtocol):
+    """serve's pipes: answers are split into lines and handed to their
+    requests as they are read (no reader task in between), and writes wait
+    while the pipe is full."""
+
+    def __init__(self, serve):
+        self.serve = serve
+        self.parts = []  # the pieces of a line not yet ended
+        self.paused = False
+        self.drainers = []
+
+    def pipe_data_received(self, fd, data):
+        if fd != 1:
+            return
+        start = 0
+        while True:
+            nl = data.find(b"\n", start)
+            if nl < 0:
+                break
+            if self.parts:
+                self.parts.append(data[start:nl])
+                line = b"".join(self.parts)
+                self.parts = []
+            else:
+                line = data[start:nl]
+            self.serve._dispatch(line)
+            start = nl + 1
+        if start < len(data):
+            self.parts.append(data[start:])
+
+    def pause_writing(self):
+        self.paused = True
+
+    def resume_writing(self):
+        self.paused = False
+        self._wake()
+
+    def _wake(self):
+        for f in self.drainers:
+            if not f.done():
+                f.set_result(None)
+        self.drainers = []
+
+    async def drain(self):
+        while self.paused and not self.serve._closed:
+            f = self.serve._loop.create_future()
+            self.drainers.append(f)
+            await f
+
+    def connection_lost(self, exc):
+        # serve has exited and every pipe of it is closed
+        self.paused = False
+        self._wake()
+        self.serve._ended()
+
+
 class Serve:
     """One `dsec-run serve` process, for asyncio: the arguments are
     dsec.Serve's.  `async with Serve(...) as s` starts it and, at the end,
@@ -91,27 +159,29 @@ class Serve:
         self._cwd = cwd
         self._stderr = stderr
         self._args = list(args)
-        self._proc = None
+        self._loop = None
+        self._transport = None
+        self._proto = None
+        self._stdin = None
+        self._end = None
         self._rids = itertools.count(1)
         self._calls = {}
         self._lines = {}
         self._lineno = 0
         self._closed = False
         self._returncode = None
-        self._reader = None
-        self._wlock = None
 
     async def start(self):
         """Starts serve; returns self."""
-        if self._proc is not None:
+        if self._transport is not None:
             return self
-        self._wlock = asyncio.Lock()
-        self._proc = await asyncio.create_subprocess_exec(
-            self.program, "serve", *self._args,
+        self._loop = asyncio.get_running_loop()
+        self._end = self._loop.create_future()
+        self._transport, self._proto = await self._loop.subprocess_exec(
+            lambda: _Protocol(self), self.program, "serve", *self._args,
             stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
-            stderr=self._stderr, env=self._env, cwd=self._cwd,
-            limit=_LINE_LIMIT)
-        self._reader = asyncio.ensure_future(self._read())
+            stderr=self._stderr, env=self._env, cwd=self._cwd)
+        self._stdin = self._transport.get_pipe_transport(0)
         return self
 
     async def __aenter__(self):
@@ -123,7 +193,7 @@ class Serve:
     @property
     def pid(self):
         """serve's process id."""
-        return self._proc.pid
+        return self._transport.get_pid()
 
     @property
     def returncode(self):
@@ -136,53 +206,52 @@ class Serve:
                else "exit status %s" % rc if rc is not None else "closed")
         return ServeClosed("dsec-run serve ended (%s)" % how, rc)
 
+    def _dispatch(self, line):
+        """One answer line: to the request of its rid (or of its line)."""
+        try:
+            rec = json.loads(line)
+        except ValueError:
+            return
+        if not isinstance(rec, dict):
+            return
+        rid = rec.get("rid")
+        if rid is None:
+            rid = self._lines.get(P.answered_line(rec))
+        try:
+            pending = self._calls.get(rid)
+        except TypeError:  # a rid that is not ours
+            return
+        if pending is None:
+            # answers to a request nobody waits for any more
+            return
+        final = pending._call.final(rec)
+        if final:
+            del self._calls[rid]
+            self._lines.pop(pending._call.line, None)
+        pending._push((rec, final))
+
+    def _ended(self):
+        self._returncode = self._transport.get_returncode()
+        self._closed = True
+        left = list(self._calls.values())
+        self._calls.clear()
+        self._lines.clear()
+        for pending in left:
+            pending._push((_CLOSED, True))
+        if not self._end.done():
+            self._end.set_result(self._returncode)
+
     async def _gone(self):
         """The ServeClosed of a serve that cannot be written to: gone or
         going, so its exit status is waited for (a while)."""
         try:
-            await asyncio.wait_for(asyncio.shield(self._reader), 10)
+            await asyncio.wait_for(asyncio.shield(self._end), 10)
         except asyncio.TimeoutError:
             pass
         return self._closed_error()
 
-    async def _read(self):
-        stdout = self._proc.stdout
-        try:
-            while True:
-                line = await stdout.readline()
-                if not line:
-                    break
-                try:
-                    rec = json.loads(line)
-                except ValueError:
-                    continue
-                if not isinstance(rec, dict):
-                    continue
-                rid = rec.get("rid")
-                if rid is None:
-                    rid = self._lines.get(P.answered_line(rec))
-                try:
-                    pending = self._calls.get(rid)
-                except TypeError:  # a rid that is not ours
-                    pending = None
-                if pending is None:
-                    continue
-                final = pending._call.final(rec)
-                if final:
-                    del self._calls[rid]
-                    self._lines.pop(pending._call.line, None)
-                pending._q.put_nowait((rec, final))
-        finally:
-            self._returncode = await self._proc.wait()
-            self._closed = True
-            left = list(self._calls.values())
-            self._calls.clear()
-            self._lines.clear()
-            for pending in left:
-                pending._q.put_nowait((_CLOSED, True))
-
     async def _send(self, requests):
-        if self._proc is None:
+        if self._transport is None:
             raise ServeClosed("dsec-run serve is not started (await "
                               "start(), or async with)")
         pendings, data = [], []
@@ -190,23 +259,18 @@ class Serve:
             call = P.Call(next(self._rids), kind, count)
             data.append(P.encode(dict(fields, rid=call.rid)))
             pendings.append(Pending(self, call))
-        async with self._wlock:
-            stdin = self._proc.stdin
-            if self._closed or stdin.is_closing():
-                raise await self._gone()
-            for p in pendings:
-                self._lineno += 1
-                p._call.line = self._lineno
-                self._calls[p._call.rid] = p
-                self._lines[self._lineno] = p._call.rid
-            try:
-                stdin.write(b"".join(data))
-                await stdin.drain()
-            except (BrokenPipeError, ConnectionResetError, OSError):
-                for p in pendings:
-                    self._calls.pop(p._call.rid, None)
-                    self._lines.pop(p._call.line, None)
-                raise await self._gone() from None
+        if self._closed or self._stdin.is_closing():
+            raise await self._gone()
+        # a write is whole and in order (the transport buffers it): no
+        # lock; only a full pipe makes us wait
+        for p in pendings:
+            self._lineno += 1
+            p._call.line = self._lineno
+            self._calls[p._call.rid] = p
+            self._lines[self._lineno] = p._call.rid
+        self._stdin.write(b"".join(data))
+        if self._proto.paused:
+            await self._proto.drain()
         return pendings
 
     def _forget(self, pending):
@@ -233,16 +297,12 @@ class Serve:
     async def close(self):
         """Closes serve's standard input and waits for it to answer what
         is in flight and exit; returns its exit status."""
-        if self._proc is None:
+        if self._transport is None:
             return None
-        async with self._wlock:
-            if not self._proc.stdin.is_closing():
-                self._proc.stdin.close()
-        try:
-            await self._proc.stdin.wait_closed()
-        except (BrokenPipeError, ConnectionResetError, OSError):
-            pass
-        await self._reader
+        if not self._stdin.is_closing():
+            self._stdin.close()
+        await asyncio.shield(self._end)
+        self._transport.close()
         return self._returncode
 
     # ---- sandboxes

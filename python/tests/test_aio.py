@@ -94,6 +94,21 @@ class AioTest(support.StoreTest):
                                  "/tmp 5\n")
         self.run_async(main())
 
+    def test_large_answers_among_small_ones(self):
+        async def main():
+            async with self.store.aio_serve() as s:
+                sb = await s.create(image="busybox:1")
+                big = "head -c 3000000 /dev/zero | tr '\\0' b"
+                rs = await asyncio.gather(*[
+                    sb.exec(big if i % 4 == 0 else ["echo", str(i)],
+                            max_output=4 << 20) for i in range(16)])
+                for i, r in enumerate(rs):
+                    if i % 4 == 0:
+                        self.assertEqual(r.stdout, "b" * 3000000)
+                    else:
+                        self.assertEqual(r.stdout, "%d\n" % i)
+        self.run_async(main())
+
     def test_serve_killed(self):
         async def main():
             s = await self.store.aio_serve().start()

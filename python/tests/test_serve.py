@@ -59,6 +59,14 @@ class ServeTest(support.StoreTest):
                          ("0" * 10, 100, True))
         self.assertEqual(sb.exec(["no-such-command"]).exit_code, 127)
 
+    def test_a_large_answer(self):
+        sb = self.create()
+        r = sb.exec("head -c 5000000 /dev/zero | tr '\\0' a",
+                    max_output=8 << 20)
+        self.assertEqual((len(r.stdout), r.stdout_bytes, r.truncated),
+                         (5000000, 5000000, False))
+        self.assertEqual(set(r.stdout), {"a"})
+
     def test_replay_and_sequence_conflicts(self):
         sb = self.create()
         count = ["sh", "-c", "n=$(cat /count 2>/dev/null || echo 0); "
