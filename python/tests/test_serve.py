@@ -232,8 +232,12 @@ class ServeTest(support.StoreTest):
             f.write("beta\n")
         with self.newer_op("upload"):
             rec = sb.upload(os.path.join(host, "repo") + "/", "/src/repo")
-        self.assertEqual((rec["type"], rec["direction"], rec["files"],
-                          rec["bytes"]), ("copied", "in", 2, 11))
+        self.assertEqual((rec["type"], rec["direction"]), ("copied", "in"))
+        # (whether directories count as files, and archive headers as
+        # bytes, the contract does not say)
+        self.assertGreaterEqual(rec["files"], 2)
+        self.assertGreaterEqual(rec["bytes"], 11)
+        self.assertTrue(rec["digest"].startswith("sha256:"))
         self.assertEqual(sb.exec(["cat", "/src/repo/a",
                                   "/src/repo/sub/b"]).stdout,
                          "alpha\nbeta\n")
@@ -244,6 +248,7 @@ class ServeTest(support.StoreTest):
         with open(out, "rb") as f:
             data = f.read()
         self.assertEqual(data, b"diff\n")
+        # one file: its bytes, and their digest
         self.assertEqual((rec["direction"], rec["bytes"], rec["files"],
                           rec["digest"]),
                          ("out", 5, 1,
