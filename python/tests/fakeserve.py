@@ -27,7 +27,6 @@ crash: the process exits at once, answering nothing.
 import base64
 import json
 import os
-import sys
 import threading
 import time
 

@@ -11,8 +11,6 @@ import time
 
 import support
 
-import dsec
-
 
 def run_threads(target, n):
     """Runs target(i) in n threads; returns the exceptions they raised."""
