@@ -825,6 +825,23 @@ static int k_place_root(struct dsec_copy_sink *s, const struct dsec_copy_entry *
     *slash = '\0';
     s->leaf = strdup(slash + 1);
     d = open(slash == copy ? "/" : copy, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (d < 0 && errno == ENOENT && (s->keep & DSEC_COPY_PARENTS)) {
+      /* mkdir -p of the parent, each made one the receiver's owner's */
+      for (char *c = copy + 1;; c++) {
+        char was = *c;
+        if (was != '/' && was != '\0')
+          continue;
+        *c = '\0';
+        if (mkdir(copy, 0755) == 0 && s->uid != (uid_t) -1 &&
+            lchown(copy, s->uid, s->gid) < 0) {
+          /* the writer's, then */
+        }
+        *c = was;
+        if (!was)
+          break;
+      }
+      d = open(copy, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    }
   } else {
     s->leaf = strdup(copy);
     d = open(".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);

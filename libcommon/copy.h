@@ -74,6 +74,7 @@ int dsec_copy_send(int out, const char *src, uint64_t *skipped, char *why);
 /* What a receiver keeps of an entry beyond its permission bits and times. */
 #define DSEC_COPY_KEEP_OWNER 1u /* its uid and gid */
 #define DSEC_COPY_KEEP_SETID 2u /* setuid, setgid and sticky bits */
+#define DSEC_COPY_PARENTS 4u    /* DST's missing parents are made (0755) */
 
 /* Reads a copy stream from in and makes it at dst, as cp would: into dst
  * when dst is a directory, else as dst.  Below dst nothing is followed:

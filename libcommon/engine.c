@@ -1784,8 +1784,9 @@ static void copy_start(struct dsec_engine *e, struct dsec_client *cl,
   j->keep_stdin = in;
   j->stream = !in;
   j->cap = in ? 65536 : SHELL_CAP;
+  /* keep: owners and setuid bits (-a), and DST's parents are made */
   argv = in ? json_pack("[s, O, s, s, s]", "copy_in", path,
-                        archive ? "3" : "0", "-1", "-1")
+                        archive ? "7" : "4", "-1", "-1")
             : json_pack("[s, O]", "copy_out", path);
   if (in && !archive) {
     /* not kept: what comes in is the sandbox's user's */

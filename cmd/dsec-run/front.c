@@ -2520,6 +2520,7 @@ struct serve_job {
   json_t *rid;
   char *buf;
   size_t len;
+  bool answered; /* a record other than output went out */
 };
 
 /* Answers of a finished (or progressing) request, with its rid, one
@@ -2534,6 +2535,8 @@ static void serve_flush(struct serve_job *j, bool eof)
       break;
     m = json_loadb(start, (size_t) (nl - start), JSON_ALLOW_NUL, NULL);
     if (m) {
+      if (strcmp(json_string_value(json_object_get(m, "type")) ?: "", "output"))
+        j->answered = true;
       if (j->rid)
         json_object_set(m, "rid", j->rid);
       dsec_json_print_new(m, NULL);
@@ -2589,7 +2592,7 @@ static int serve_start(const struct dsec_front *front, const char *line,
   }
   jobs[*njobs] = (struct serve_job){ p[0], pid,
                                      json_incref(json_object_get(req, "rid")),
-                                     NULL, 0 };
+                                     NULL, 0, false };
   (*njobs)++;
   json_decref(req);
   return 0;
@@ -2684,9 +2687,25 @@ static int do_serve(const struct dsec_front *front, struct dsec_error **err)
           j->len += (size_t) got;
           serve_flush(j, false);
         } else if (got == 0 || errno != EINTR) {
+          int st = 0;
           serve_flush(j, true);
           close(j->fd);
-          waitpid(j->pid, NULL, 0);
+          waitpid(j->pid, &st, 0);
+          if (!j->answered) {
+            /* its process died first: the request is answered all the
+             * same, never left waiting */
+            _cleanup_free_ char *why =
+              WIFSIGNALED(st)
+                ? xasprintf("the request's process was killed by signal %d",
+                            WTERMSIG(st))
+                : xasprintf("the request's process ended without an answer "
+                            "(status %d)", WEXITSTATUS(st));
+            json_t *e = json_pack("{s:s, s:s, s:i}", "type", "error", "error",
+                                  why, "exit_code", DSEC_EXIT_INTERNAL);
+            if (j->rid)
+              json_object_set(e, "rid", j->rid);
+            dsec_json_print_new(e, NULL);
+          }
           json_decref(j->rid);
           free(j->buf);
           jobs[i] = jobs[--njobs];
