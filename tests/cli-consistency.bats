@@ -352,6 +352,14 @@ dsec_run_accepted() {
   [ -z "$(complete_line "dsec-run exec rollout-17 -- ")" ]
   [ -z "$(complete_line "dsec-run exec rollout-17 -- --")" ]
   complete_line "dsec-run kill rollout-17 " | grep -qx TERM
+  # session ls|rm ID: the subcommand, then the sandbox
+  same_set "dsec-run session" expected "$(printf '%s\n' ls rm)" offered \
+    "$(complete_line "dsec-run session " | LC_ALL=C sort)"
+  same_set "dsec-run session rm" expected "$(printf '%s\n' rollout-17 \
+    sb-0123456789abcdef)" offered "$(complete_line "dsec-run session rm " | LC_ALL=C sort)"
+  [ -z "$(complete_line "dsec-run session ls rollout-17 ")" ]
+  # --session takes a value: the ID after it is still the first argument
+  [ "$(complete_line "dsec-run exec --session s rollout-17 ")" = -- ]
   [ "$(complete_line "dsec-run create --backend=f")" = fncall ]
 }
 

@@ -76,3 +76,11 @@ EOF2
 @test "serve: takes no arguments" {
   run -2 --separate-stderr dsec-run serve extra
 }
+
+@test "serve: stdin kept open, several requests per write, four threads: every request answered" {
+  command -v python3 >/dev/null || skip "needs python3"
+  run -0 --separate-stderr python3 "$DSEC_SRCDIR/tests/helpers/serve-threads.py"
+  # it removed what it created
+  sb_track
+  [ -z "$(dsec-run ps | jq -r .id)" ]
+}

@@ -489,3 +489,44 @@ qemu_pids() {
   run -3 dsec-vm exec "$id" --requests "$BATS_TEST_TMPDIR/req.jsonl"
   [ "$(vm_out "$id" echo still)" = still ]
 }
+
+@test "session: a microvm's shell keeps cd and variables, a timeout interrupts its command, --stream keeps to the cap" {
+  require_vm
+  local id out=$BATS_TEST_TMPDIR/stream
+  id=$(vm_create)
+  run -0 --separate-stderr dsec-vm exec --session s "$id" -- 'cd /tmp; V=kept'
+  jq -e '.session == "s" and .exit_code == 0' <<<"$output"
+  run -124 --separate-stderr dsec-vm exec --session s --timeout 1 "$id" -- 'sleep 30'
+  jq -e '.timed_out == true and .signal == 2 and (has("session_lost") | not)' <<<"$output"
+  run -0 --separate-stderr dsec-vm exec --session s "$id" -- 'pwd; echo $V'
+  jq -e '.stdout == "/tmp\nkept\n"' <<<"$output"
+  dsec-vm exec --stream --session s --max-output 100 "$id" -- "pwd; head -c 5000 /dev/zero | tr '\\0' z; echo err >&2" >"$out"
+  jq -e -s 'map(.type) | .[-1] == "result" and (.[:-1] | length > 0 and all(. == "output"))' "$out"
+  [ "$(jq -r 'select(.type == "output" and .fd == 1) | .data_b64' "$out" |
+    while IFS= read -r b; do base64 -d <<<"$b"; done | wc -c)" -eq 100 ]
+  jq -e -s '.[-1] | .session == "s" and .stdout_bytes == 5005 and .truncated == true and .stderr == "err\n"' "$out"
+  run -0 --separate-stderr dsec-vm session ls "$id"
+  jq -e '.sessions | length == 1 and .[0].name == "s" and .[0].state == "idle"' <<<"$output"
+}
+
+@test "session: a microvm's sessions survive suspend and resume (its memory keeps the shell)" {
+  require_vm
+  local id
+  id=$(vm_create)
+  dsec-vm exec --session s "$id" -- 'cd /tmp; V=kept' >/dev/null
+  run -0 --separate-stderr dsec-vm suspend "$id"
+  run -0 --separate-stderr dsec-vm resume "$id"
+  run -0 --separate-stderr dsec-vm session ls "$id" s
+  jq -e '.sessions[0].state == "idle"' <<<"$output"
+  run -0 --separate-stderr dsec-vm exec --session s "$id" -- 'pwd; echo $V'
+  jq -e '.stdout == "/tmp\nkept\n" and (has("session_lost") | not)' <<<"$output"
+  dsec-vm events "$id" | jq -se 'any(.type == "session_lost") | not'
+}
+
+@test "session: a microvm's session results carry accelerator, as every VM result does" {
+  require_vm
+  local id
+  id=$(vm_create)
+  run -0 --separate-stderr dsec-vm exec --session s "$id" -- true
+  jq -e '.session == "s" and (.accelerator == "tcg" or .accelerator == "kvm")' <<<"$output"
+}
