@@ -1195,7 +1195,7 @@ static json_t *session_remove(struct dsec_engine *e, const char *name)
   struct dsec_error *err = NULL;
 
   if (!s) {
-    dsec_fail(&err, ENOENT, "no session %s in sandbox %s", name ? name : "",
+    dsec_fail(&err, 0, "no session %s in sandbox %s", name ? name : "",
               e->id);
     return dsec_ctl_op_error(err);
   }

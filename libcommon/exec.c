@@ -636,6 +636,14 @@ void dsec_exec_events(struct dsec_audit *audit, json_t *req, json_t *res,
                        json_object_get(req, "workdir"), "exit_code",
                        json_object_get(res, "exit_code"), "timed_out",
                        timed_out, "oom_killed", oom);
+  if (json_is_string(json_object_get(req, "session"))) {
+    /* a session's command: its line, in its shell (whose directory is
+     * the shell's own by now, not the first command's) */
+    json_object_set(evs[0], "session", json_object_get(req, "session"));
+    json_object_del(evs[0], "cwd");
+  }
+  if (json_is_true(json_object_get(req, "tty")))
+    json_object_set_new(evs[0], "tty", json_true());
   if (timed_out)
     evs[n++] = json_pack("{s:s, s:s, s:O}", "type", "limit", "limit",
                          "timeout", "seq", seq);

@@ -399,7 +399,8 @@ help_backends() {
   COMP_POINT=${#COMP_LINE}
   COMPREPLY=()
   _dsec_run
-  same_set "dsec-run after dsec-vm" expected "$(printf '%s\n' container fncall)" \
+  same_set "dsec-run after dsec-vm" expected \
+    "$(printf '%s\n' container fncall microvm vm)" \
     offered "$(printf '%s\n' "${COMPREPLY[@]}" | LC_ALL=C sort)"
 }
 

@@ -2067,7 +2067,7 @@ static int do_session(struct opts *o, const char *what, const char *id_arg,
           json_array_append(keep, one);
       if (json_array_size(keep) == 0) {
         json_decref(keep);
-        return dsec_fail(err, ENOENT, "no session %s in sandbox %s", name, id);
+        return dsec_fail(err, 0, "no session %s in sandbox %s", name, id);
       }
       json_object_set_new(list, "sessions", keep);
     }
