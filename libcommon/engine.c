@@ -325,10 +325,11 @@ static void job_input_end(struct dsec_engine *e, struct dsec_job *j)
   }
 }
 
-/* What waits to be written to a job's stdin. */
-static size_t job_backlog(struct dsec_job *j)
+/* What waits to be written to a job's stdin (or, through ops->input, to
+ * be taken by it). */
+static size_t job_backlog(struct dsec_engine *e, struct dsec_job *j)
 {
-  return j->stdin_len - j->stdin_off;
+  return e->ops->input ? (size_t) j->in_flight : j->stdin_len - j->stdin_off;
 }
 
 /* More input for a job that keeps its stdin open (a session's shell). */
@@ -336,6 +337,7 @@ static void job_input(struct dsec_engine *e, struct dsec_job *j,
                       const char *buf, size_t len)
 {
   if (e->ops->input) {
+    j->in_flight += len;
     e->ops->input(e, j, buf, len);
     return;
   }
@@ -1252,6 +1254,7 @@ static void sessions_adopt(struct dsec_engine *e, json_t *old)
  * the same digest replays the recorded answer, another is a conflict. */
 
 #define COPY_BACKLOG_MAX (2u << 20)  /* a copy in waits for the sandbox */
+#define COPY_WINDOW_MAX (16u << 20)  /* ... for a guest (acknowledged) */
 #define COPY_WRITE_TIMEOUT_MS 60000  /* a client that stops reading */
 
 struct dsec_copy_job {
@@ -1426,7 +1429,7 @@ static int copy_tee(struct dsec_engine *e, struct dsec_job *j, char *buf,
 {
   struct dsec_copy_job *c = j->copy;
 
-  if (c->recorded || e->ops->input || j->in_fd < 0 || job_backlog(j) > 0)
+  if (c->recorded || e->ops->input || j->in_fd < 0 || job_backlog(e, j) > 0)
     return 0;
   for (int rounds = 0; rounds < 16; rounds++) {
     ssize_t n = tee(c->fd, j->in_fd, cap, SPLICE_F_NONBLOCK);
@@ -1483,7 +1486,8 @@ static void copy_readable(struct dsec_engine *e, void *p, uint32_t events)
     return;
   for (int rounds = 0; rounds < 16 && c->watching; rounds++) {
     ssize_t n;
-    if (!c->recorded && job_backlog(j) > COPY_BACKLOG_MAX) {
+    if (!c->recorded &&
+        job_backlog(e, j) > (e->ops->input ? COPY_WINDOW_MAX : COPY_BACKLOG_MAX)) {
       copy_watch(c, false); /* stdin_writable resumes it */
       return;
     }
@@ -1517,6 +1521,14 @@ static void copy_resume(struct dsec_engine *e, struct dsec_job *j)
   (void) e;
   if (!j->copy->eof && !j->copy->bad)
     copy_watch(j->copy, true);
+}
+
+void dsec_job_input_taken(struct dsec_engine *e, struct dsec_job *j,
+                          uint64_t n)
+{
+  j->in_flight -= n < j->in_flight ? n : j->in_flight;
+  if (j->copy && !j->copy->watching && j->in_flight <= COPY_WINDOW_MAX / 2)
+    copy_resume(e, j);
 }
 
 /* Waits for the client's pipe to take more: false when it does not
@@ -1800,8 +1812,11 @@ static void copy_start(struct dsec_engine *e, struct dsec_client *cl,
                   "xid", (json_int_t) j->xid, "argv", argv, "env", "cwd",
                   e->spec->workdir, "uid", 0, "gid", 0, "builtin",
                   in ? "copy_in" : "copy_out");
-  if (in)
+  if (in) {
     json_object_set_new(msg, "keep_stdin", json_true());
+    /* a guest says what it took: no more than a window is sent ahead */
+    json_object_set_new(msg, "stdin_acks", json_true());
+  }
   r = e->ops->exec(e, j, msg, &err);
   json_decref(msg);
   if (r < 0) {

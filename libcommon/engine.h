@@ -93,6 +93,7 @@ struct dsec_job {
   bool keep_stdin;        /* more input comes later (a session's shell) */
   bool in_armed;          /* w_in is in the event loop */
   bool in_eof;            /* no more input: closed once written */
+  uint64_t in_flight;     /* given to ops->input, not yet taken (acked) */
   struct dsec_copy_job *copy; /* a copy in or out (dsec-run cp) */
   bool tty;               /* on a terminal: its master is out.fd (and in_fd) */
   bool interactive;       /* its client sends input and resizes as it runs */
@@ -248,6 +249,10 @@ struct dsec_job *dsec_engine_job(struct dsec_engine *e, uint64_t xid);
  * writes the request's stdin); the descriptors are taken. */
 void dsec_job_pipes(struct dsec_engine *e, struct dsec_job *j, int out,
                     int err, int in);
+/* n bytes of the input given to ops->input were taken by the command
+ * (a guest's acknowledgement): a copy in sends more. */
+void dsec_job_input_taken(struct dsec_engine *e, struct dsec_job *j,
+                          uint64_t n);
 /* The exec runs on a terminal whose master is fd (taken): its output is
  * read from it, its input written to it. */
 void dsec_job_tty(struct dsec_engine *e, struct dsec_job *j, int fd);

@@ -1262,6 +1262,13 @@ static void agent_dispatch(struct vm *v)
       vm_result(v, m, p);
     else if (strcmp(op, "output") == 0)
       vm_output(v, m, p);
+    else if (strcmp(op, "stdin_ack") == 0) {
+      struct dsec_job *j = dsec_engine_job(
+        v->e, (uint64_t) json_integer_value(json_object_get(m, "id")));
+      json_int_t n = json_integer_value(json_object_get(m, "n"));
+      if (j && n > 0)
+        dsec_job_input_taken(v->e, j, (uint64_t) n);
+    }
     json_decref(m);
     agent_consume(v, used);
   }

@@ -495,6 +495,7 @@ struct job {
   int status;
   bool timed_out;
   bool keep_stdin;   /* more comes ("stdin" messages): a session's shell */
+  bool acks;         /* "stdin_ack" what was written (a copy's flow control) */
   uint64_t oom_before;
   struct job *next;
 };
@@ -640,6 +641,9 @@ static void job_start(json_t *req, const char *stdin_buf, size_t stdin_len)
                                .cap = cap > 0 ? (size_t) cap : 0 };
   }
   j->keep_stdin = json_is_true(json_object_get(req, "keep_stdin"));
+  j->acks = json_is_true(json_object_get(req, "stdin_acks"));
+  if (j->acks)
+    fcntl(in[1], F_SETPIPE_SZ, 1 << 20); /* fewer, larger writes and acks */
   if (j->keep_stdin) {
     fcntl(in[1], F_SETFL, O_NONBLOCK);
     j->in_fd = in[1];
@@ -734,14 +738,25 @@ static void job_finish(struct job *j)
 
 static void stdin_write(struct job *j)
 {
+  size_t before = j->in_off;
   while (j->in_fd >= 0 && j->in_off < j->in_len) {
     ssize_t n = write(j->in_fd, j->in + j->in_off, j->in_len - j->in_off);
     if (n < 0 && errno == EAGAIN)
-      return;
-    if (n <= 0)
       break;
+    if (n <= 0) {
+      j->in_off = j->in_len; /* the command takes no more: all gone */
+      close(j->in_fd);
+      j->in_fd = -1;
+      break;
+    }
     j->in_off += (size_t) n;
   }
+  if (j->acks && j->in_off > before)
+    /* the host sends no more than a window ahead (a copy in): what left */
+    send_msg(json_pack("{s:s, s:I, s:I}", "op", "stdin_ack", "id", j->id, "n",
+                       (json_int_t) (j->in_off - before)), NULL, 0, NULL, 0);
+  if (j->in_off < j->in_len)
+    return;
   if (j->in_fd >= 0 && j->keep_stdin && j->in_off == j->in_len) {
     /* all written: the next "stdin" message brings more */
     free(j->in);
