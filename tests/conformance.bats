@@ -99,6 +99,15 @@ expect() {
   }
 }
 
+# status_is B N: the last exec exited N, or the test fails naming the
+# backend.
+status_is() {
+  [ "$status" -eq "$2" ] || {
+    echo "$1: exit $status, not $2 (result $output; stderr ${stderr-})" >&2
+    return 1
+  }
+}
+
 # cannot B WHAT: B does not do WHAT, said by name in the test's output.
 cannot() {
   echo "# cannot $1: $2" >&3
@@ -108,17 +117,23 @@ cannot() {
   local b
   for b in "${BACKENDS[@]}"; do
     x "$b" -- true
-    [ "$status" -eq 0 ] && expect "$b" '.exit_code == 0 and .signal == null'
+    status_is "$b" 0
+    expect "$b" '.exit_code == 0 and .signal == null'
     x "$b" -- false
-    [ "$status" -eq 1 ] && expect "$b" '.exit_code == 1'
+    status_is "$b" 1
+    expect "$b" '.exit_code == 1'
     x "$b" -- sh -c 'exit 42'
-    [ "$status" -eq 42 ] && expect "$b" '.exit_code == 42'
+    status_is "$b" 42
+    expect "$b" '.exit_code == 42'
     x "$b" -- /etc/passwd
-    [ "$status" -eq 126 ] && expect "$b" '.exit_code == 126'
+    status_is "$b" 126
+    expect "$b" '.exit_code == 126'
     x "$b" -- no-such-command-here
-    [ "$status" -eq 127 ] && expect "$b" '.exit_code == 127 and (.stderr | test("no-such-command-here"))'
+    status_is "$b" 127
+    expect "$b" '.exit_code == 127 and (.stderr | test("no-such-command-here"))'
     x "$b" --workdir /no/such/dir -- true
-    [ "$status" -eq 126 ] && expect "$b" '.exit_code == 126'
+    status_is "$b" 126
+    expect "$b" '.exit_code == 126'
   done
 }
 
@@ -126,9 +141,11 @@ cannot() {
   local b
   for b in "${BACKENDS[@]}"; do
     x "$b" -- sh -c 'kill -9 $$'
-    [ "$status" -eq 137 ] && expect "$b" '.exit_code == 137 and .signal == 9'
+    status_is "$b" 137
+    expect "$b" '.exit_code == 137 and .signal == 9'
     x "$b" -- sh -c 'kill -TERM $$'
-    [ "$status" -eq 143 ] && expect "$b" '.exit_code == 143 and .signal == 15'
+    status_is "$b" 143
+    expect "$b" '.exit_code == 143 and .signal == 15'
   done
 }
 
@@ -170,7 +187,8 @@ cannot() {
   local b
   for b in "${BACKENDS[@]}"; do
     x "$b" --timeout 1 -- sleep 60
-    [ "$status" -eq 124 ] && expect "$b" '.exit_code == 124 and .timed_out == true'
+    status_is "$b" 124
+    expect "$b" '.exit_code == 124 and .timed_out == true'
     x "$b" -- echo after
     expect "$b" '.stdout == "after\n"'
     run -0 dsec-run events "$(sb "$b")"
@@ -203,9 +221,11 @@ cannot() {
     [ "$(jq -c 'del(.replayed, .duration_ms)' <<<"$output")" = "$(jq -c 'del(.replayed, .duration_ms)' <<<"$first")" ] ||
       { echo "$b: the replay differs: $first / $output" >&2; false; }
     x "$b" --seq 0 -- echo different
-    [ "$status" -eq 4 ] && expect "$b" '.type == "error"'
+    status_is "$b" 4
+    expect "$b" '.type == "error"'
     x "$b" --seq 5 -- true
-    [ "$status" -eq 4 ] && expect "$b" '.type == "error"'
+    status_is "$b" 4
+    expect "$b" '.type == "error"'
     run -0 dsec-run events "$id"
     jq -e -s 'any(.[]; .type == "replay_conflict" and .seq == 0 and .field == "cmd") and
       any(.[]; .type == "replay" and .seq == 0)' <<<"$output" >/dev/null ||
@@ -273,11 +293,13 @@ cannot() {
     x "$b" --exclusive -- echo alone
     case $b in
     microvm | vm)
-      [ "$status" -eq 3 ] && expect "$b" '.type == "error"'
+      status_is "$b" 3
+      expect "$b" '.type == "error"'
       cannot "$b" "exclusive execs (a guest's processes share one PID namespace)"
       ;;
     *)
-      [ "$status" -eq 0 ] && expect "$b" '.stdout == "alone\n"'
+      status_is "$b" 0
+      expect "$b" '.stdout == "alone\n"'
       ;;
     esac
   done

@@ -85,6 +85,15 @@ layer_of() {
 
 in_store() { dsec-layer inspect "$1" >/dev/null 2>&1; }
 
+# not_in_store REF: REF is in the store no more (`! in_store` would not
+# fail a test).
+not_in_store() {
+  if in_store "$1"; then
+    echo "$1 is still in the store" >&2
+    return 1
+  fi
+}
+
 # age DIGEST...: makes store objects look written two minutes ago (the
 # reaper leaves younger ones for the next run).
 age() {
@@ -417,7 +426,8 @@ sb_exec_ok() {
     .path == $p)'
   has run_dir "$id" orphan removed
   [ ! -e "$DSEC_RUN/$id" ]
-  ! grep -q " $DSEC_RUN/$id/" /proc/self/mountinfo
+  ! grep -q " $DSEC_RUN/$id/" /proc/self/mountinfo ||
+    { echo "a mount under $DSEC_RUN/$id is left" >&2; false; }
   lacks run_dir "$keep"
   [ -S "$DSEC_RUN/$keep/ctl.sock" ]
   sb_exec_ok "$keep"
@@ -520,7 +530,7 @@ sb_exec_ok() {
   out_jq -s --arg i "$free" 'any(.[]; .id == $i and .freed_bytes > 0)'
   lacks layer "$named"
   lacks layer "$used"
-  ! in_store "$free"
+  not_in_store "$free"
   [ ! -e "$(store_dir)/layers/${free#sha256:}" ]
   [ ! -e "$(store_dir)/blobs/sha256/${free#sha256:}" ]
   in_store "$named"
@@ -555,7 +565,7 @@ sb_exec_ok() {
   out_jq -s 'map(select(.what == "layer" and .action == "removed")) |
     length == 1'
   lacks image "$new"
-  ! in_store "$old"
+  not_in_store "$old"
   [ "$(dsec-layer inspect img:1 | jq -r .digest)" = "$new" ]
   in_store busybox:1
   [ -z "$(ls "$(store_dir)/tmp")" ]
@@ -588,8 +598,8 @@ sb_exec_ok() {
     '[.[] | select(.action == "removed") | .id] == [$a, $b]'
   out_jq -s '(last.store_bytes <= last.store_max_bytes) and
     last.store_max_bytes > 0'
-  ! in_store "${ls[0]}"
-  ! in_store "${ls[1]}"
+  not_in_store "${ls[0]}"
+  not_in_store "${ls[1]}"
   in_store "${ls[2]}"
   in_store busybox:1
   # under the limit: nothing more goes
@@ -644,7 +654,7 @@ snapshot() {
   [ "$plan" = "$done" ] || { diff <(echo "$plan" | jq .) <(echo "$done" | jq .) >&2; false; }
   sb_gone "$exp"
   sb_gone "$orphan"
-  ! in_store "$free"
+  not_in_store "$free"
 }
 
 @test "two reapers started at once do the work once" {
@@ -676,7 +686,7 @@ snapshot() {
   done
   out_jq -s --arg i "$free" '[.[] | select(.id == $i)] | length == 1 and
     .[0].action == "removed"'
-  ! in_store "$free"
+  not_in_store "$free"
   in_store busybox:1
 }
 
@@ -718,7 +728,8 @@ snapshot() {
       in_store "$l" || { echo "iteration $i: $id lost layer $l" >&2; false; }
       run -0 --separate-stderr dsec-run exec "$id" -- cat /task.txt
       out_jq '.stdout == "answer\n"'
-      ! grep -q "\"$id\"" "$BATS_TEST_TMPDIR/reap.$i"
+      ! grep -q "\"$id\"" "$BATS_TEST_TMPDIR/reap.$i" ||
+        { echo "iteration $i: the reaper took $id" >&2; false; }
       ok=$((ok + 1))
       dsec-run rm "$id" >/dev/null
     else
@@ -763,7 +774,7 @@ snapshot() {
   for id in "${ids[@]}"; do
     sb_gone "$id"
   done
-  ! in_store "$free"
+  not_in_store "$free"
   [ ! -e "$(store_dir)/layers/${free#sha256:}" ]
   in_store busybox:1
   reap --all

@@ -617,7 +617,9 @@ requests_file() {
   jq -e --arg p "$id" '.type == "sandbox" and .index == 1 and .parent == $p' <<<"${lines[1]}"
   a=$(jq -r '.id' <<<"${lines[0]}")
   b=$(jq -r '.id' <<<"${lines[1]}")
-  [ "$a" != "$b" ] && [ "$a" != "$id" ] && [ "$b" != "$id" ]
+  [ "$a" != "$b" ]
+  [ "$a" != "$id" ]
+  [ "$b" != "$id" ]
   [ "$(jq -r '.checkpoint' <<<"${lines[0]}")" = "$(jq -r '.checkpoint' <<<"${lines[1]}")" ]
   # each sees the parent's files
   [ "$(in_sb "$a" 'cat /root/shared')" = shared ]

@@ -330,7 +330,8 @@ qemu_pids() {
   grep -qx 'CapEff:	0000000000000000' "/proc/$q/status"
   # an unprivileged user, in a root of its own with no host file but the
   # programs' trees: the VM's files are descriptors
-  ! grep -qE '^Uid:	0	' "/proc/$q/status"
+  ! grep -qE '^Uid:	0	' "/proc/$q/status" ||
+    { echo "QEMU $q runs as uid 0" >&2; false; }
   [ "$(ls "/proc/$q/root" | tr '\n' ' ')" = "bin dev etc lib lib32 lib64 proc sbin usr " ] ||
     [ "$(ls "/proc/$q/root" | grep -cvE '^(bin|dev|etc|lib|lib32|lib64|libx32|proc|sbin|usr)$')" = 0 ]
   [ "$(ls "/proc/$q/root/etc")" = ld.so.cache ]

@@ -169,7 +169,8 @@ if libc.umount2(sys.argv[2].encode(), 0) != 0:
     attack protect /grader/answer.txt
     assert_blocked protect
     [ "$(sha256sum <"$G/answer.txt")" = "$sum" ]
-    [ ! -e "$G/.protect-side" ] && [ ! -e "$G/.protect-link" ]
+    [ ! -e "$G/.protect-side" ]
+    [ ! -e "$G/.protect-link" ]
   done
 }
 

@@ -267,7 +267,8 @@ vm_create() {
   nobody dsec-pull --name bb:1 "tar:$rl/busybox.tar.gz" >/dev/null
   nobody dsec-layer create --dir "$rl/tools" --name tools@1 >/dev/null
   id=$(nobody dsec-run create --image bb:1 --layer tools@1 | jq -r .id)
-  [ -n "$id" ] && [ "$id" != null ]
+  [ -n "$id" ]
+  [ "$id" != null ]
   run -0 nobody dsec-run exec "$id" -- sh -c "mkdir -p /w/d && echo in >/w/d/f &&
     { $UNTRUSTED swap /w/d $HOSTDIR 120 >/dev/null 2>&1 & }"
   for i in $(seq 10); do
