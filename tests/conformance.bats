@@ -327,10 +327,16 @@ cannot() {
   dsec-run serve <"$in" >"$out" 2>"$BATS_TEST_TMPDIR/serve.err" 3>&- &
   local serve=$!
   exec 4>"$in"
-  # wait_answer RID: the answer to RID, once it came
+  # wait_answer RID: the answer to RID, once it came (a line being
+  # written may be incomplete: it is read again next time)
   wait_answer() {
+    local a
     for _ in $(seq 1200); do
-      jq -e -c --arg r "$1" 'select(.rid == $r)' "$out" 2>/dev/null && return 0
+      a=$(jq -R -c --arg r "$1" 'fromjson? | select(.rid == $r)' "$out")
+      if [ -n "$a" ]; then
+        echo "$a"
+        return 0
+      fi
       sleep 0.1
     done
     echo "no answer to $1: $(cat "$out")" >&2
@@ -340,8 +346,11 @@ cannot() {
   printf '%s\n%s\n' \
     '{"op":"create","rid":"c","spec":{"image":"busybox:1","backend":"container"}}' \
     '{"op":"create","rid":"v","spec":{"image":"busybox:1","backend":"microvm"}}' >&4
-  c=$(wait_answer c | jq -r .id)
-  v=$(wait_answer v | jq -r .id)
+  # (an assignment fails with its command: a pipeline's would not)
+  c=$(wait_answer c)
+  v=$(wait_answer v)
+  c=$(jq -r .id <<<"$c")
+  v=$(jq -r .id <<<"$v")
   MINE+=("$c" "$v")
   [ "$(dsec-run inspect "$c" | jq -r .backend)" = container ]
   [ "$(dsec-run inspect "$v" | jq -r .backend)" = microvm ]
