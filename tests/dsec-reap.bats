@@ -69,6 +69,23 @@ has() {
       .reason == $r and .action == $a)'
 }
 
+# reap_plans WHAT ID REASON ACTION [OPTION]...: polls dsec-reap --dry-run
+# OPTION... (30 s at most) until it plans that record: the reaper goes by
+# the clock, and that much time has passed for it.
+reap_plans() {
+  local what=$1 id=$2 reason=$3 action=$4 n
+  shift 4
+  for ((n = 0; n < 300; n++)); do
+    dsec-reap --dry-run "$@" 2>/dev/null | jq -e -s --arg w "$what" \
+      --arg i "$id" --arg r "$reason" --arg a "$action" \
+      'any(.[]; .what == $w and .id == $i and .reason == $r and
+        .action == $a)' >/dev/null && return 0
+    sleep 0.1
+  done
+  echo "dsec-reap --dry-run $* did not plan: $what $id $reason $action" >&2
+  return 1
+}
+
 # lacks WHAT ID: the last reap printed no record of ID.
 lacks() {
   out_jq -s --arg w "$1" --arg i "$2" \
@@ -150,9 +167,10 @@ sb_exec_ok() {
   local idle busy recent
   idle=$(sb_create --label step=7)
   busy=$(sb_create)
-  bg dsec-run exec "$busy" -- sleep 8
+  # busy as long as the test runs (teardown ends it)
+  bg dsec-run exec "$busy" -- sleep 600
   sb_wait_proc "$busy" sleep
-  sleep 2.2
+  reap_plans sandbox "$idle" idle "would suspend" --suspend-idle 2
   recent=$(sb_create)
   run -0 --separate-stderr dsec-reap --dry-run --suspend-idle 2
   has sandbox "$idle" idle "would suspend"
@@ -172,7 +190,7 @@ sb_exec_ok() {
   run -0 --separate-stderr dsec-run resume "$idle"
   sb_exec_ok "$idle"
   # without the option nothing is suspended
-  sleep 2.2
+  reap_plans sandbox "$idle" idle "would suspend" --suspend-idle 2
   reap
   lacks sandbox "$idle"
   [ "$(sb_state "$idle")" = running ]
@@ -240,7 +258,7 @@ sb_exec_ok() {
   id=$(sb_create --ttl 2)
   sup=$(sup_of "$id")
   kill -STOP "$sup" # a supervisor that no longer enforces anything
-  sleep 2.5
+  reap_plans sandbox "$id" ttl "would remove"
   [ "$(jq -r .state "$DSEC_ROOT/sandboxes/$id/state.json")" = running ]
   reap
   has sandbox "$id" ttl removed
@@ -406,8 +424,7 @@ sb_exec_ok() {
     [ ! -e "$d" ]
   done
   lacks cgroup "$keep"
-  sleep 0.2
-  sb_dead "$p"
+  sb_wait_dead "$p"
   [ -n "$(ls -d /sys/fs/cgroup/*/dsec/"$keep")" ]
   sb_exec_ok "$keep"
 }

@@ -45,6 +45,7 @@ pool_ready() {
       return 0
     sleep 0.1
   done
+  echo "the pool keeps fewer than $n sandboxes: $(ls "$DSEC_ROOT"/pools/*/ready 2>/dev/null)" >&2
   return 1
 }
 

@@ -669,6 +669,8 @@ EOF
     [ -f "$DSEC_ROOT/sandboxes/$id/upper/root/sig" ] && break
     sleep 0.1
   done
+  [ -f "$DSEC_ROOT/sandboxes/$id/upper/root/sig" ] ||
+    { echo "the trap did not run" >&2; false; }
   run -0 --separate-stderr dsec-run exec "$id" -- cat /root/sig
   out_jq '.stdout == "got-term\n"'
   run -0 --separate-stderr dsec-run kill "$id" SIGKILL
@@ -704,8 +706,16 @@ EOF
     grep -q '"created"' "$BATS_TEST_TMPDIR/ev.out" && break
     sleep 0.1
   done
+  grep -q '"created"' "$BATS_TEST_TMPDIR/ev.out" ||
+    { echo "events --follow printed nothing" >&2; false; }
   run -0 --separate-stderr dsec-run exec "$id" -- echo followed
-  sleep 0.3
+  # the follower has printed the exec before the sandbox goes
+  for i in $(seq 100); do
+    grep -q '"followed"' "$BATS_TEST_TMPDIR/ev.out" && break
+    sleep 0.1
+  done
+  grep -q '"followed"' "$BATS_TEST_TMPDIR/ev.out" ||
+    { echo "events --follow did not print the exec" >&2; false; }
   run -0 --separate-stderr dsec-run rm "$id"
   local rc=0
   wait "$follower" || rc=$?

@@ -193,6 +193,8 @@ qemu_pids() {
     [ "$(vm_out "$id" cat /counter 2>/dev/null)" -ge 3 ] 2>/dev/null && break
     sleep 0.2
   done
+  [ "$(vm_out "$id" cat /counter)" -ge 3 ] ||
+    { echo "the counter in the guest does not count" >&2; false; }
   res=$(dsec-vm suspend "$id")
   jq -e '.type == "suspended" and .released == true and .snapshot_bytes > 0' <<<"$res"
   [ "$(sb_state "$id")" = suspended ]
@@ -413,10 +415,12 @@ qemu_pids() {
   mkdir -p "$BATS_TEST_TMPDIR/www"
   echo the-solution >"$BATS_TEST_TMPDIR/www/answer.txt"
   bg python3 -m http.server "$port" --bind 127.0.0.1 --directory "$BATS_TEST_TMPDIR/www"
-  for _ in $(seq 50); do
+  for _ in $(seq 100); do
     python3 -c "import socket; socket.create_connection(('127.0.0.1', $port), 1)" 2>/dev/null && break
     sleep 0.1
   done
+  python3 -c "import socket; socket.create_connection(('127.0.0.1', $port), 1)" ||
+    { echo "the host's web server did not start" >&2; false; }
   printf '{"image":"busybox:1","network":{"mode":"proxy","allow":["127.0.0.1:%s"]}}' "$port" \
     >"$BATS_TEST_TMPDIR/spec.json"
   id=$(dsec-vm create --spec "$BATS_TEST_TMPDIR/spec.json" | jq -r .id)

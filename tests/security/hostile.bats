@@ -305,9 +305,23 @@ fncall_create() {
 
 @test "exclusive: a concurrent kill -9 -1 does not reach it, and it sees only its own processes" {
   sb_create
-  bg_exec "$BATS_TEST_TMPDIR/x" --exclusive "$SB" -- sh -c 'sleep 3; ps -o pid,comm; echo alive'
-  sleep 1
-  sb_exec sh -c 'kill -9 -1; true'
+  # it says it runs, then waits (60 s at most) until the kill is done
+  bg_exec "$BATS_TEST_TMPDIR/x" --exclusive "$SB" -- sh -c '
+    touch /tmp/exclusive-up
+    i=0
+    while [ ! -e /tmp/killed ]; do
+      i=$((i + 1))
+      [ $i -lt 600 ] || exit 99
+      sleep 0.1
+    done
+    ps -o pid,comm; echo alive'
+  for _ in $(seq 300); do
+    dsec-run exec "$SB" -- test -e /tmp/exclusive-up >/dev/null && break
+    sleep 0.1
+  done
+  dsec-run exec "$SB" -- test -e /tmp/exclusive-up >/dev/null ||
+    { echo "the exclusive exec did not start" >&2; false; }
+  sb_exec sh -c 'kill -9 -1; touch /tmp/killed'
   wait "${BG[0]}"
   jq -e '.exit_code == 0 and (.stdout | test("alive"))' "$BATS_TEST_TMPDIR/x"
   # its process 1 is its own command, not the sandbox's init
