@@ -284,6 +284,30 @@ sb_exec_ok() {
   sb_gone "$st"
 }
 
+@test "a supervisor that wrote its final state but has not exited yet: its sandbox goes in that run" {
+  local st di s sup
+  # a supervisor writes stopped (or died) last, then finishes its audit
+  # log and exits: each of these two is held (SIGSTOP) right after the
+  # write, as a reaper may find one
+  st=$(sb_create)
+  di=$(sb_create)
+  for s in "$st:stopped" "$di:died"; do
+    sup=$(sup_of "${s%%:*}")
+    kill -STOP "$sup"
+    jq -c --arg s "${s#*:}" '.state = $s' \
+      "$DSEC_ROOT/sandboxes/${s%%:*}/state.json" >"$BATS_TEST_TMPDIR/state"
+    mv "$BATS_TEST_TMPDIR/state" "$DSEC_ROOT/sandboxes/${s%%:*}/state.json"
+  done
+  [ "$(sb_state "$st")" = stopped ]
+  reap
+  has sandbox "$st" stopped removed
+  has sandbox "$di" died removed
+  for s in "$st" "$di"; do
+    sb_gone "$s"
+  done
+  [ -z "$(sb_pids)" ]
+}
+
 @test "a kill -9'd supervisor: its sandbox, processes and cgroups go (orphan)" {
   local id keep sup init
   id=$(sb_create --name victim)
