@@ -76,6 +76,22 @@ qemu_pids() {
   done
 }
 
+# proc_start PID: the process's start time (clock ticks after boot), empty
+# when it is gone.
+proc_start() {
+  sed 's/.*) //' "/proc/$1/stat" 2>/dev/null | cut -d' ' -f20
+}
+
+# ns_holders NS: "PID START" of each process whose mount namespace is NS
+# (as readlink /proc/PID/ns/mnt shows it).
+ns_holders() {
+  local p
+  for p in /proc/[0-9]*; do
+    [ "$(readlink "$p/ns/mnt" 2>/dev/null)" = "$1" ] || continue
+    echo "${p#/proc/} $(proc_start "${p#/proc/}")"
+  done
+}
+
 # --- the command line --------------------------------------------------------
 
 @test "dsec-vm --help, --version and a usage error" {
@@ -238,7 +254,7 @@ qemu_pids() {
 
 @test "rm leaves no QEMU process, no file and no mount" {
   require_vm
-  local id q sup ns p
+  local id q sup ns p start holders
   id=$(vm_create)
   q=$(qemu_pids)
   [ -n "$q" ]
@@ -247,15 +263,29 @@ qemu_pids() {
   sup=$(dsec-vm inspect "$id" | jq -r .supervisor_pid)
   ns=$(readlink "/proc/$sup/ns/mnt")
   [ "$ns" != "$(readlink /proc/self/ns/mnt)" ]
+  # its holders, by pid and start time: once the namespace is gone, its
+  # inode number goes to the next new one, another session's as well
+  holders=$(ns_holders "$ns")
+  grep -q "^$sup " <<<"$holders"
   dsec-vm checkpoint "$id" >/dev/null
   run -0 dsec-vm rm "$id"
   sb_dead "$q"
   [ -z "$(qemu_pids)" ]
   [ ! -e "$DSEC_ROOT/sandboxes/$id" ]
   [ ! -e "$DSEC_RUN/$id" ]
-  for p in /proc/[0-9]*; do
-    [ "$(readlink "$p/ns/mnt" 2>/dev/null)" != "$ns" ] ||
-      { echo "process ${p#/proc/} still holds the VM's mounts" >&2; false; }
+  # none of them lives on (a zombie holds nothing), nor one they started
+  # later (it has this test's environment)
+  while read -r p start; do
+    if sb_alive "$p" && [ "$(proc_start "$p")" = "$start" ]; then
+      echo "process $p ($(cat "/proc/$p/comm")) still holds the VM's mounts" >&2
+      false
+    fi
+  done <<<"$holders"
+  for p in $(ns_holders "$ns" | cut -d' ' -f1); do
+    if { tr '\0' '\n' <"/proc/$p/environ"; } 2>/dev/null | grep -qx "DSEC_ROOT=$DSEC_ROOT"; then
+      echo "process $p ($(cat "/proc/$p/comm")) still holds the VM's mounts" >&2
+      false
+    fi
   done
   ! losetup -a | grep -q "sandboxes/$id/disk.img"
 }
