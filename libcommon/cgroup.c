@@ -434,6 +434,7 @@ static int cgroup_rmdir(const char *dir, bool v2, int64_t deadline,
   for (;;) {
     _cleanup_closedir_ DIR *d = opendir(dir);
     struct dirent *de;
+    int errnum;
 
     while (d && (de = readdir(d))) {
       _cleanup_free_ char *sub = NULL;
@@ -451,8 +452,9 @@ static int cgroup_rmdir(const char *dir, bool v2, int64_t deadline,
     }
     if (rmdir(dir) == 0 || errno == ENOENT)
       return 0;
-    if (errno != EBUSY || mono_ms() >= deadline)
-      return dsec_fail(err, errno, "cannot remove %s", dir);
+    errnum = errno;
+    if (errnum != EBUSY || mono_ms() >= deadline)
+      return dsec_fail(err, errnum, "cannot remove %s", dir);
     if (v2) {
       _cleanup_error_ struct dsec_error *e = NULL;
       write_str(dir, "cgroup.kill", "1", &e);
