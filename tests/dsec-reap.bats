@@ -732,29 +732,30 @@ snapshot() {
 }
 
 @test "a create racing a reaper never loses its layers" {
-  local d l i rc id out err cpid rpid ok=0 lost=0
+  local d l k rc id out err cpid rpid ok=0 lost=0
   d=$BATS_TEST_TMPDIR/task
   mkdir -p "$d"
   echo answer >"$d/task.txt"
-  for i in 1 2 3 4 5 6 7 8; do
+  # (not i: run -N sets $i, see helpers/common.bash)
+  for k in 1 2 3 4 5 6 7 8; do
     # an unreferenced layer: the reaper takes it unless the create
     # references it first
     l=$(layer_of "$d")
     age "$l"
-    out=$BATS_TEST_TMPDIR/create.$i
-    err=$BATS_TEST_TMPDIR/create.$i.err
+    out=$BATS_TEST_TMPDIR/create.$k
+    err=$BATS_TEST_TMPDIR/create.$k.err
     # either may start first, a few milliseconds apart
-    if ((i % 2)); then
+    if ((k % 2)); then
       bg sh -c 'dsec-run create --image busybox:1 --layer "$1" >"$2" 2>"$3";
         echo $? >"$2.rc"' sh "$l" "$out" "$err"
       cpid=$BG
-      sleep "0.0$i"
-      bg dsec-reap --all >"$BATS_TEST_TMPDIR/reap.$i"
+      sleep "0.0$k"
+      bg dsec-reap --all >"$BATS_TEST_TMPDIR/reap.$k"
       rpid=$BG
     else
-      bg dsec-reap --all >"$BATS_TEST_TMPDIR/reap.$i"
+      bg dsec-reap --all >"$BATS_TEST_TMPDIR/reap.$k"
       rpid=$BG
-      sleep "0.00$i"
+      sleep "0.00$k"
       bg sh -c 'dsec-run create --image busybox:1 --layer "$1" >"$2" 2>"$3";
         echo $? >"$2.rc"' sh "$l" "$out" "$err"
       cpid=$BG
@@ -766,16 +767,16 @@ snapshot() {
       id=$(jq -r .id "$out")
       echo "$id" >>"$SB_IDS"
       # created: its layer stays, and the sandbox sees it
-      in_store "$l" || { echo "iteration $i: $id lost layer $l" >&2; false; }
+      in_store "$l" || { echo "iteration $k: $id lost layer $l" >&2; false; }
       run -0 --separate-stderr dsec-run exec "$id" -- cat /task.txt
       out_jq '.stdout == "answer\n"'
-      ! grep -q "\"$id\"" "$BATS_TEST_TMPDIR/reap.$i" ||
-        { echo "iteration $i: the reaper took $id" >&2; false; }
+      ! grep -q "\"$id\"" "$BATS_TEST_TMPDIR/reap.$k" ||
+        { echo "iteration $k: the reaper took $id" >&2; false; }
       ok=$((ok + 1))
       dsec-run rm "$id" >/dev/null
     else
       # the reaper was first: a clean "not in the store", nothing left
-      [ "$rc" -eq 3 ] || { echo "iteration $i: exit $rc: $(cat "$err")" >&2; false; }
+      [ "$rc" -eq 3 ] || { echo "iteration $k: exit $rc: $(cat "$err")" >&2; false; }
       grep -q "no image or layer" "$err"
       lost=$((lost + 1))
     fi

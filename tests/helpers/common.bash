@@ -8,18 +8,9 @@ export DSEC_SRCDIR DSEC_BUILDDIR
 PATH="$DSEC_BUILDDIR:$PATH"
 export LC_ALL=C
 
-# bats 1.8's `run`, given flags (-N, --separate-stderr), calls
-# bats_version_lt, whose loop variable i is not local: it set the calling
-# test's $i to 2, so a `for i` loop that runs `run` used the wrong $i after
-# it.  Wrapped here with a local i (harmless where bats has no such bug).
-if declare -F bats_version_lt >/dev/null &&
-  ! declare -F dsec_bats_version_lt_orig >/dev/null; then
-  eval "dsec_bats_version_lt_orig() $(declare -f bats_version_lt | tail -n +2)"
-  bats_version_lt() {
-    local i
-    dsec_bats_version_lt_orig "$@"
-  }
-fi
+# Beware: bats 1.8's `run`, given flags (-N, --separate-stderr), calls
+# bats_version_lt, whose loop variable i is not local: it sets the calling
+# test's $i to 2.  A loop around `run` counts with another name.
 
 common_setup() {
   export DSEC_ROOT="$BATS_TEST_TMPDIR/root"
