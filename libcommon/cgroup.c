@@ -2,21 +2,32 @@
 
 #include "cgroup.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <linux/magic.h>
+#include <poll.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <sys/statfs.h>
+#include <sys/syscall.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "fsutil.h"
 #include "log.h"
 
 #define CG_ROOT "/sys/fs/cgroup"
+
+/* How long dsec_cgroup_destroy waits for what it killed to leave.  A
+ * killed process leaves its cgroups only at the end of its exit, once its
+ * memory and files are released: a large address space, I/O in flight or
+ * a loaded host stretch that past a second, and until then rmdir fails
+ * with EBUSY (seen on v1 memory cgroups). */
+#define CG_DESTROY_WAIT_MS 10000
 
 static const char *const ctrl_names[DSEC_CG_N] = {
   [DSEC_CG_MEMORY] = "memory",
@@ -330,6 +341,12 @@ static bool kill_procs(const char *dir)
 
 void dsec_cgroup_kill_all(struct dsec_cgroup *cg)
 {
+  /* a frozen v1 cgroup must be thawed for SIGKILL to be delivered: first,
+   * so that the other hierarchies' processes can die too */
+  if (cg->path[DSEC_CG_FREEZER] && !cg->v2[DSEC_CG_FREEZER]) {
+    _cleanup_error_ struct dsec_error *e = NULL;
+    write_str(cg->path[DSEC_CG_FREEZER], "freezer.state", "THAWED", &e);
+  }
   for (int c = 0; c < DSEC_CG_N; c++) {
     if (!cg->path[c])
       continue;
@@ -338,18 +355,122 @@ void dsec_cgroup_kill_all(struct dsec_cgroup *cg)
       if (write_str(cg->path[c], "cgroup.kill", "1", &e) == 0)
         continue;
     }
-    /* a frozen v1 cgroup must be thawed for SIGKILL to be delivered */
-    if (c == DSEC_CG_FREEZER && !cg->v2[c]) {
-      _cleanup_error_ struct dsec_error *e = NULL;
-      write_str(cg->path[c], "freezer.state", "THAWED", &e);
-    }
     for (int tries = 0; tries < 100 && kill_procs(cg->path[c]); tries++)
       usleep(1000);
   }
 }
 
+static int64_t mono_ms(void)
+{
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (int64_t) ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* SIGKILLs what dir's cgroup.procs lists (thawing a v1 freezer first) and
+ * waits until deadline (CLOCK_MONOTONIC, ms) at most for those processes
+ * to exit.  Returns whether it waited for any. */
+static bool kill_and_wait(const char *dir, bool v2, int64_t deadline)
+{
+  _cleanup_free_ char *path = xasprintf("%s/cgroup.procs", dir);
+  _cleanup_free_ char *buf = NULL;
+  struct pollfd p[64];
+  nfds_t n = 0;
+  bool waited;
+  char *save = NULL;
+
+  if (!v2) {
+    _cleanup_error_ struct dsec_error *e = NULL;
+    _cleanup_free_ char *f = xasprintf("%s/freezer.state", dir);
+    if (access(f, F_OK) == 0)
+      write_str(dir, "freezer.state", "THAWED", &e);
+  }
+  buf = dsec_read_file_at(AT_FDCWD, path, 1 << 22, NULL, NULL);
+  if (!buf)
+    return false;
+  for (char *t = strtok_r(buf, "\n", &save); t; t = strtok_r(NULL, "\n", &save)) {
+    pid_t pid = (pid_t) strtol(t, NULL, 10);
+    int fd;
+    if (pid <= 0)
+      continue;
+    /* through a pidfd where there is one: once the process is gone, its
+     * number may be another's */
+    fd = n < ARRAY_SIZE(p) ? (int) syscall(SYS_pidfd_open, pid, 0) : -1;
+    if (fd < 0) {
+      kill(pid, SIGKILL);
+      continue;
+    }
+    syscall(SYS_pidfd_send_signal, fd, SIGKILL, NULL, 0);
+    p[n++] = (struct pollfd){ .fd = fd, .events = POLLIN };
+  }
+  waited = n > 0;
+  /* a pidfd is readable once its process has exited, which is after it
+   * left its cgroups */
+  while (n > 0) {
+    int64_t left = deadline - mono_ms();
+    if (left <= 0 || poll(p, n, (int) left) <= 0)
+      break;
+    for (nfds_t i = 0; i < n;) {
+      if (p[i].revents) {
+        close(p[i].fd);
+        p[i] = p[--n];
+      } else
+        i++;
+    }
+  }
+  for (nfds_t i = 0; i < n; i++)
+    close(p[i].fd);
+  return waited;
+}
+
+/* Removes the cgroup directory dir and the cgroups under it (a sandbox
+ * may make its own), killing what is in them.  While rmdir says EBUSY,
+ * kills and waits again, until deadline (CLOCK_MONOTONIC, ms). */
+static int cgroup_rmdir(const char *dir, bool v2, int64_t deadline,
+                        struct dsec_error **err)
+{
+  useconds_t nap = 1000;
+
+  for (;;) {
+    _cleanup_closedir_ DIR *d = opendir(dir);
+    struct dirent *de;
+    int errnum;
+
+    while (d && (de = readdir(d))) {
+      _cleanup_free_ char *sub = NULL;
+      struct stat st;
+      if (strcmp(de->d_name, ".") == 0 || strcmp(de->d_name, "..") == 0)
+        continue;
+      if (de->d_type != DT_DIR &&
+          (de->d_type != DT_UNKNOWN ||
+           fstatat(dirfd(d), de->d_name, &st, AT_SYMLINK_NOFOLLOW) < 0 ||
+           !S_ISDIR(st.st_mode)))
+        continue;
+      sub = xasprintf("%s/%s", dir, de->d_name);
+      if (cgroup_rmdir(sub, v2, deadline, err) < 0)
+        return -1;
+    }
+    if (rmdir(dir) == 0 || errno == ENOENT)
+      return 0;
+    errnum = errno;
+    if (errnum != EBUSY || mono_ms() >= deadline)
+      return dsec_fail(err, errnum, "cannot remove %s", dir);
+    if (v2) {
+      _cleanup_error_ struct dsec_error *e = NULL;
+      write_str(dir, "cgroup.kill", "1", &e);
+    }
+    /* still busy with nothing left to wait for: what was killed is on
+     * its way out */
+    if (!kill_and_wait(dir, v2, deadline)) {
+      usleep(nap);
+      nap = nap < 64000 ? nap * 2 : 64000;
+    }
+  }
+}
+
 int dsec_cgroup_destroy(struct dsec_cgroup *cg, struct dsec_error **err)
 {
+  int64_t deadline = mono_ms() + CG_DESTROY_WAIT_MS;
   int ret = 0;
   if (!cg)
     return 0;
@@ -359,19 +480,8 @@ int dsec_cgroup_destroy(struct dsec_cgroup *cg, struct dsec_error **err)
   }
   dsec_cgroup_kill_all(cg);
   for (int c = 0; c < DSEC_CG_N; c++) {
-    if (!cg->path[c])
-      continue;
-    for (int tries = 0;; tries++) {
-      if (rmdir(cg->path[c]) == 0 || errno == ENOENT)
-        break;
-      if (errno != EBUSY || tries > 200) {
-        ret = dsec_fail(err, errno, "cannot remove %s", cg->path[c]);
-        break;
-      }
-      /* processes take a moment to leave after SIGKILL */
-      kill_procs(cg->path[c]);
-      usleep(2000);
-    }
+    if (cg->path[c] && cgroup_rmdir(cg->path[c], cg->v2[c], deadline, err) < 0)
+      ret = -1;
   }
   return ret;
 }

@@ -235,8 +235,7 @@ EOF
   run --separate-stderr dsec-layer create --tar "$f"
   if [ "$status" -eq 0 ]; then
     digest=$(jq -r .digest <<<"$output")
-    run --separate-stderr dsec-layer materialise "$digest"
-    [ "$status" -ne 0 ]
+    run -3 --separate-stderr dsec-layer materialise "$digest"
     [ -z "$(find "$(store_dir)/layers" -name '*.tmp-*')" ]
     [ "$(stat -c %h "$BATS_TEST_TMPDIR/outside-secret")" -eq 1 ]
   else
@@ -348,12 +347,16 @@ EOF
   tar -C "$src" -cf "$BATS_TEST_TMPDIR/ok.tar" etc
   run -0 --separate-stderr dsec-layer create --tar "$BATS_TEST_TMPDIR/ok.tar" --protect /srv/grader
   for f in srv/.wh.grader .wh.srv srv/.wh..wh..opq; do
-    rm -rf "$src" && mkdir -p "$src/$(dirname "$f")" && : >"$src/$f"
+    rm -rf "$src"
+    mkdir -p "$src/$(dirname "$f")"
+    : >"$src/$f"
     tar -C "$src" -cf "$BATS_TEST_TMPDIR/wh.tar" .
     run -3 --separate-stderr dsec-layer create --tar "$BATS_TEST_TMPDIR/wh.tar" --protect /srv/grader
     [[ $stderr == *"protected path /srv/grader"* ]] || { echo "$f: $stderr" >&2; false; }
   done
-  rm -rf "$src" && mkdir -p "$src" && ln -s /tmp "$src/srv"
+  rm -rf "$src"
+  mkdir -p "$src"
+  ln -s /tmp "$src/srv"
   tar -C "$src" -cf "$BATS_TEST_TMPDIR/ln.tar" srv
   run -3 --separate-stderr dsec-layer create --tar "$BATS_TEST_TMPDIR/ln.tar" --protect /srv/grader
   [[ $stderr == *"a parent of the protected path"* ]]

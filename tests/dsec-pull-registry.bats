@@ -214,7 +214,9 @@ assert_store_has_no_image() {
   idx="$BATS_FILE_TMPDIR/multi-index.json"
   amd64=$(jq -r '.manifests[] | select(.platform.architecture == "amd64") | .digest' "$idx")
   arm64=$(jq -r '.manifests[] | select(.platform.architecture == "arm64") | .digest' "$idx")
-  [ -n "$amd64" ] && [ -n "$arm64" ] && [ "$amd64" != "$arm64" ]
+  [ -n "$amd64" ]
+  [ -n "$arm64" ]
+  [ "$amd64" != "$arm64" ]
 
   run -0 --separate-stderr dsec-pull --insecure "$REGISTRY/test/multi:v1"
   echo "$output" | jq -e --arg d "$amd64" '.digest == $d and .platform == "linux/amd64"'
@@ -241,7 +243,8 @@ assert_store_has_no_image() {
   wait "$p1" || s1=$?
   wait "$p2" || s2=$?
   cat "$t/1.err" "$t/2.err"
-  [ "$s1" -eq 0 ] && [ "$s2" -eq 0 ]
+  [ "$s1" -eq 0 ]
+  [ "$s2" -eq 0 ]
   jq -e --arg d "$BIG_DIGEST" '.digest == $d' "$t/1.json"
   jq -e --arg d "$BIG_DIGEST" '.digest == $d' "$t/2.json"
   # one blob per layer, plus the config and the manifest; nothing else

@@ -69,6 +69,23 @@ has() {
       .reason == $r and .action == $a)'
 }
 
+# reap_plans WHAT ID REASON ACTION [OPTION]...: polls dsec-reap --dry-run
+# OPTION... (30 s at most) until it plans that record: the reaper goes by
+# the clock, and that much time has passed for it.
+reap_plans() {
+  local what=$1 id=$2 reason=$3 action=$4 n
+  shift 4
+  for ((n = 0; n < 300; n++)); do
+    dsec-reap --dry-run "$@" 2>/dev/null | jq -e -s --arg w "$what" \
+      --arg i "$id" --arg r "$reason" --arg a "$action" \
+      'any(.[]; .what == $w and .id == $i and .reason == $r and
+        .action == $a)' >/dev/null && return 0
+    sleep 0.1
+  done
+  echo "dsec-reap --dry-run $* did not plan: $what $id $reason $action" >&2
+  return 1
+}
+
 # lacks WHAT ID: the last reap printed no record of ID.
 lacks() {
   out_jq -s --arg w "$1" --arg i "$2" \
@@ -84,6 +101,15 @@ layer_of() {
 }
 
 in_store() { dsec-layer inspect "$1" >/dev/null 2>&1; }
+
+# not_in_store REF: REF is in the store no more (`! in_store` would not
+# fail a test).
+not_in_store() {
+  if in_store "$1"; then
+    echo "$1 is still in the store" >&2
+    return 1
+  fi
+}
 
 # age DIGEST...: makes store objects look written two minutes ago (the
 # reaper leaves younger ones for the next run).
@@ -141,9 +167,10 @@ sb_exec_ok() {
   local idle busy recent
   idle=$(sb_create --label step=7)
   busy=$(sb_create)
-  bg dsec-run exec "$busy" -- sleep 8
+  # busy as long as the test runs (teardown ends it)
+  bg dsec-run exec "$busy" -- sleep 600
   sb_wait_proc "$busy" sleep
-  sleep 2.2
+  reap_plans sandbox "$idle" idle "would suspend" --suspend-idle 2
   recent=$(sb_create)
   run -0 --separate-stderr dsec-reap --dry-run --suspend-idle 2
   has sandbox "$idle" idle "would suspend"
@@ -163,7 +190,7 @@ sb_exec_ok() {
   run -0 --separate-stderr dsec-run resume "$idle"
   sb_exec_ok "$idle"
   # without the option nothing is suspended
-  sleep 2.2
+  reap_plans sandbox "$idle" idle "would suspend" --suspend-idle 2
   reap
   lacks sandbox "$idle"
   [ "$(sb_state "$idle")" = running ]
@@ -231,7 +258,7 @@ sb_exec_ok() {
   id=$(sb_create --ttl 2)
   sup=$(sup_of "$id")
   kill -STOP "$sup" # a supervisor that no longer enforces anything
-  sleep 2.5
+  reap_plans sandbox "$id" ttl "would remove"
   [ "$(jq -r .state "$DSEC_ROOT/sandboxes/$id/state.json")" = running ]
   reap
   has sandbox "$id" ttl removed
@@ -255,6 +282,30 @@ sb_exec_ok() {
   has sandbox "$st" stopped removed
   sb_gone "$id"
   sb_gone "$st"
+}
+
+@test "a supervisor that wrote its final state but has not exited yet: its sandbox goes in that run" {
+  local st di s sup
+  # a supervisor writes stopped (or died) last, then finishes its audit
+  # log and exits: each of these two is held (SIGSTOP) right after the
+  # write, as a reaper may find one
+  st=$(sb_create)
+  di=$(sb_create)
+  for s in "$st:stopped" "$di:died"; do
+    sup=$(sup_of "${s%%:*}")
+    kill -STOP "$sup"
+    jq -c --arg s "${s#*:}" '.state = $s' \
+      "$DSEC_ROOT/sandboxes/${s%%:*}/state.json" >"$BATS_TEST_TMPDIR/state"
+    mv "$BATS_TEST_TMPDIR/state" "$DSEC_ROOT/sandboxes/${s%%:*}/state.json"
+  done
+  [ "$(sb_state "$st")" = stopped ]
+  reap
+  has sandbox "$st" stopped removed
+  has sandbox "$di" died removed
+  for s in "$st" "$di"; do
+    sb_gone "$s"
+  done
+  [ -z "$(sb_pids)" ]
 }
 
 @test "a kill -9'd supervisor: its sandbox, processes and cgroups go (orphan)" {
@@ -397,8 +448,7 @@ sb_exec_ok() {
     [ ! -e "$d" ]
   done
   lacks cgroup "$keep"
-  sleep 0.2
-  sb_dead "$p"
+  sb_wait_dead "$p"
   [ -n "$(ls -d /sys/fs/cgroup/*/dsec/"$keep")" ]
   sb_exec_ok "$keep"
 }
@@ -417,7 +467,8 @@ sb_exec_ok() {
     .path == $p)'
   has run_dir "$id" orphan removed
   [ ! -e "$DSEC_RUN/$id" ]
-  ! grep -q " $DSEC_RUN/$id/" /proc/self/mountinfo
+  ! grep -q " $DSEC_RUN/$id/" /proc/self/mountinfo ||
+    { echo "a mount under $DSEC_RUN/$id is left" >&2; false; }
   lacks run_dir "$keep"
   [ -S "$DSEC_RUN/$keep/ctl.sock" ]
   sb_exec_ok "$keep"
@@ -520,7 +571,7 @@ sb_exec_ok() {
   out_jq -s --arg i "$free" 'any(.[]; .id == $i and .freed_bytes > 0)'
   lacks layer "$named"
   lacks layer "$used"
-  ! in_store "$free"
+  not_in_store "$free"
   [ ! -e "$(store_dir)/layers/${free#sha256:}" ]
   [ ! -e "$(store_dir)/blobs/sha256/${free#sha256:}" ]
   in_store "$named"
@@ -555,7 +606,7 @@ sb_exec_ok() {
   out_jq -s 'map(select(.what == "layer" and .action == "removed")) |
     length == 1'
   lacks image "$new"
-  ! in_store "$old"
+  not_in_store "$old"
   [ "$(dsec-layer inspect img:1 | jq -r .digest)" = "$new" ]
   in_store busybox:1
   [ -z "$(ls "$(store_dir)/tmp")" ]
@@ -588,8 +639,8 @@ sb_exec_ok() {
     '[.[] | select(.action == "removed") | .id] == [$a, $b]'
   out_jq -s '(last.store_bytes <= last.store_max_bytes) and
     last.store_max_bytes > 0'
-  ! in_store "${ls[0]}"
-  ! in_store "${ls[1]}"
+  not_in_store "${ls[0]}"
+  not_in_store "${ls[1]}"
   in_store "${ls[2]}"
   in_store busybox:1
   # under the limit: nothing more goes
@@ -644,7 +695,7 @@ snapshot() {
   [ "$plan" = "$done" ] || { diff <(echo "$plan" | jq .) <(echo "$done" | jq .) >&2; false; }
   sb_gone "$exp"
   sb_gone "$orphan"
-  ! in_store "$free"
+  not_in_store "$free"
 }
 
 @test "two reapers started at once do the work once" {
@@ -676,34 +727,35 @@ snapshot() {
   done
   out_jq -s --arg i "$free" '[.[] | select(.id == $i)] | length == 1 and
     .[0].action == "removed"'
-  ! in_store "$free"
+  not_in_store "$free"
   in_store busybox:1
 }
 
 @test "a create racing a reaper never loses its layers" {
-  local d l i rc id out err cpid rpid ok=0 lost=0
+  local d l k rc id out err cpid rpid ok=0 lost=0
   d=$BATS_TEST_TMPDIR/task
   mkdir -p "$d"
   echo answer >"$d/task.txt"
-  for i in 1 2 3 4 5 6 7 8; do
+  # (not i: run -N sets $i, see helpers/common.bash)
+  for k in 1 2 3 4 5 6 7 8; do
     # an unreferenced layer: the reaper takes it unless the create
     # references it first
     l=$(layer_of "$d")
     age "$l"
-    out=$BATS_TEST_TMPDIR/create.$i
-    err=$BATS_TEST_TMPDIR/create.$i.err
+    out=$BATS_TEST_TMPDIR/create.$k
+    err=$BATS_TEST_TMPDIR/create.$k.err
     # either may start first, a few milliseconds apart
-    if ((i % 2)); then
+    if ((k % 2)); then
       bg sh -c 'dsec-run create --image busybox:1 --layer "$1" >"$2" 2>"$3";
         echo $? >"$2.rc"' sh "$l" "$out" "$err"
       cpid=$BG
-      sleep "0.0$i"
-      bg dsec-reap --all >"$BATS_TEST_TMPDIR/reap.$i"
+      sleep "0.0$k"
+      bg dsec-reap --all >"$BATS_TEST_TMPDIR/reap.$k"
       rpid=$BG
     else
-      bg dsec-reap --all >"$BATS_TEST_TMPDIR/reap.$i"
+      bg dsec-reap --all >"$BATS_TEST_TMPDIR/reap.$k"
       rpid=$BG
-      sleep "0.00$i"
+      sleep "0.00$k"
       bg sh -c 'dsec-run create --image busybox:1 --layer "$1" >"$2" 2>"$3";
         echo $? >"$2.rc"' sh "$l" "$out" "$err"
       cpid=$BG
@@ -715,15 +767,16 @@ snapshot() {
       id=$(jq -r .id "$out")
       echo "$id" >>"$SB_IDS"
       # created: its layer stays, and the sandbox sees it
-      in_store "$l" || { echo "iteration $i: $id lost layer $l" >&2; false; }
+      in_store "$l" || { echo "iteration $k: $id lost layer $l" >&2; false; }
       run -0 --separate-stderr dsec-run exec "$id" -- cat /task.txt
       out_jq '.stdout == "answer\n"'
-      ! grep -q "\"$id\"" "$BATS_TEST_TMPDIR/reap.$i"
+      ! grep -q "\"$id\"" "$BATS_TEST_TMPDIR/reap.$k" ||
+        { echo "iteration $k: the reaper took $id" >&2; false; }
       ok=$((ok + 1))
       dsec-run rm "$id" >/dev/null
     else
       # the reaper was first: a clean "not in the store", nothing left
-      [ "$rc" -eq 3 ] || { echo "iteration $i: exit $rc: $(cat "$err")" >&2; false; }
+      [ "$rc" -eq 3 ] || { echo "iteration $k: exit $rc: $(cat "$err")" >&2; false; }
       grep -q "no image or layer" "$err"
       lost=$((lost + 1))
     fi
@@ -763,7 +816,7 @@ snapshot() {
   for id in "${ids[@]}"; do
     sb_gone "$id"
   done
-  ! in_store "$free"
+  not_in_store "$free"
   [ ! -e "$(store_dir)/layers/${free#sha256:}" ]
   in_store busybox:1
   reap --all

@@ -20,14 +20,21 @@ teardown() {
     kill -TERM "$POOL_PID" 2>/dev/null || true
     wait "$POOL_PID" 2>/dev/null || true
   fi
-  local ids
+  local ids id rc=0
   ids=$(dsec-run ps --all 2>/dev/null | jq -r .id)
   # shellcheck disable=SC2086
-  [ -z "$ids" ] || dsec-run rm --force $ids >/dev/null 2>&1 || true
+  if [ -n "$ids" ] && ! dsec-run rm --force $ids >/dev/null; then
+    echo "teardown: dsec-run rm --force failed" >&2
+    rc=1
+  fi
   for id in $ids; do
-    ! ls -d /sys/fs/cgroup/*/dsec/"$id" 2>/dev/null
+    if ls -d /sys/fs/cgroup/*/dsec/"$id" 2>/dev/null; then
+      echo "teardown: a cgroup of $id is left" >&2
+      rc=1
+    fi
   done
   rm -rf "$DSEC_RUN"
+  return $rc
 }
 
 # waits (10 s at most) until the pool keeps N sandboxes
@@ -38,6 +45,7 @@ pool_ready() {
       return 0
     sleep 0.1
   done
+  echo "the pool keeps fewer than $n sandboxes: $(ls "$DSEC_ROOT"/pools/*/ready 2>/dev/null)" >&2
   return 1
 }
 

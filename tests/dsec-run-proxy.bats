@@ -17,10 +17,12 @@ setup_file() {
   python3 -m http.server "$PORT" --bind 127.0.0.1 --directory "$BATS_FILE_TMPDIR/www" \
     >/dev/null 2>&1 3>&- &
   echo $! >"$BATS_FILE_TMPDIR/http.pid"
-  for _ in $(seq 50); do
+  for _ in $(seq 100); do
     python3 -c "import socket; socket.create_connection(('127.0.0.1', $PORT), 1)" 2>/dev/null && break
     sleep 0.1
   done
+  python3 -c "import socket; socket.create_connection(('127.0.0.1', $PORT), 1)" ||
+    { echo "the host's web server did not start" >&2; return 1; }
   # a TLS ClientHello that asks for another name than the CONNECT host
   python3 - "$BATS_FILE_TMPDIR/t/hello.bin" <<'PY'
 import struct, sys

@@ -40,14 +40,32 @@ EOF2
 }
 
 @test "serve: requests run concurrently and are answered as they finish" {
+  local in=$BATS_TEST_TMPDIR/in out=$BATS_TEST_TMPDIR/out i
   run -0 --separate-stderr dsec-run create --image busybox:1 --name s2
-  run -0 --separate-stderr dsec-run serve <<'EOF2'
-{"op":"exec","rid":"slow","id":"s2","cmd":["sleep","2"]}
+  # the slow one waits (60 s at most) for a file that is made only once
+  # the fast one, sent after it, was answered
+  mkfifo "$in"
+  # (the fifo opened by the background process: opening it here would
+  # wait for a writer)
+  bg sh -c 'exec dsec-run serve <"$1" >"$2"' sh "$in" "$out"
+  exec 4>"$in"
+  cat >&4 <<'EOF2'
+{"op":"exec","rid":"slow","id":"s2","cmd":["sh","-c","i=0; while [ ! -e /tmp/go ]; do i=$((i+1)); [ $i -lt 600 ] || exit 99; sleep 0.1; done"]}
 {"op":"exec","rid":"fast","id":"s2","cmd":["true"]}
 EOF2
+  for ((i = 0; i < 300; i++)); do
+    [ -s "$out" ] && break
+    sleep 0.1
+  done
+  run -0 --separate-stderr dsec-run exec s2 -- touch /tmp/go
+  # stdin closed: serve answers what is in flight, then exits
+  exec 4>&-
+  wait "$BG"
+  run -0 cat "$out"
+  [ "${#lines[@]}" -eq 2 ]
   # the fast one was not held behind the slow one
-  [ "$(jq -r -s '.[0].rid' <<<"$output")" = fast ]
-  [ "$(jq -r -s '.[1].rid' <<<"$output")" = slow ]
+  jq -e '.rid == "fast" and .exit_code == 0' <<<"${lines[0]}"
+  jq -e '.rid == "slow" and .exit_code == 0' <<<"${lines[1]}"
 }
 
 @test "serve: bad lines and failed requests get error records, serve goes on" {

@@ -187,7 +187,14 @@ requests_file() {
   out_jq '.seq == null and .replayed == false and .stdout == "2\n"'
 
   # the clock moves on: `date +%s` run now would answer something else
-  sleep 1.2
+  # (the sandbox's clock is the host's)
+  local then i
+  then=$(jq -r '.stdout' <<<"${first[1]}")
+  for ((i = 0; i < 50; i++)); do
+    [ "$(date +%s)" -gt "$then" ] && break
+    sleep 0.1
+  done
+  [ "$(date +%s)" -gt "$then" ] || { echo "the clock is still at $then" >&2; false; }
   run -0 --separate-stderr dsec-run exec "$id" -- date +%s
   jq -e --argjson f "${first[1]}" '.stdout != $f.stdout' <<<"$output"
 
@@ -273,6 +280,8 @@ requests_file() {
     [ "$(dsec-run inspect "$id" | jq '.execs_running')" = 1 ] && break
     sleep 0.1
   done
+  [ "$(dsec-run inspect "$id" | jq '.execs_running')" = 1 ] ||
+    { echo "seq 2 did not start" >&2; false; }
   run -4 --separate-stderr dsec-run exec --seq 2 "$id" -- sh -c 'echo 2 >> /root/log; sleep 3'
   out_jq '.type == "error" and .seq == 2 and (.error | test("seq 2"))'
   wait "$BG"
@@ -617,7 +626,9 @@ requests_file() {
   jq -e --arg p "$id" '.type == "sandbox" and .index == 1 and .parent == $p' <<<"${lines[1]}"
   a=$(jq -r '.id' <<<"${lines[0]}")
   b=$(jq -r '.id' <<<"${lines[1]}")
-  [ "$a" != "$b" ] && [ "$a" != "$id" ] && [ "$b" != "$id" ]
+  [ "$a" != "$b" ]
+  [ "$a" != "$id" ]
+  [ "$b" != "$id" ]
   [ "$(jq -r '.checkpoint' <<<"${lines[0]}")" = "$(jq -r '.checkpoint' <<<"${lines[1]}")" ]
   # each sees the parent's files
   [ "$(in_sb "$a" 'cat /root/shared')" = shared ]

@@ -76,6 +76,22 @@ qemu_pids() {
   done
 }
 
+# proc_start PID: the process's start time (clock ticks after boot), empty
+# when it is gone.
+proc_start() {
+  sed 's/.*) //' "/proc/$1/stat" 2>/dev/null | cut -d' ' -f20
+}
+
+# ns_holders NS: "PID START" of each process whose mount namespace is NS
+# (as readlink /proc/PID/ns/mnt shows it).
+ns_holders() {
+  local p
+  for p in /proc/[0-9]*; do
+    [ "$(readlink "$p/ns/mnt" 2>/dev/null)" = "$1" ] || continue
+    echo "${p#/proc/} $(proc_start "${p#/proc/}")"
+  done
+}
+
 # --- the command line --------------------------------------------------------
 
 @test "dsec-vm --help, --version and a usage error" {
@@ -191,6 +207,8 @@ qemu_pids() {
     [ "$(vm_out "$id" cat /counter 2>/dev/null)" -ge 3 ] 2>/dev/null && break
     sleep 0.2
   done
+  [ "$(vm_out "$id" cat /counter)" -ge 3 ] ||
+    { echo "the counter in the guest does not count" >&2; false; }
   res=$(dsec-vm suspend "$id")
   jq -e '.type == "suspended" and .released == true and .snapshot_bytes > 0' <<<"$res"
   [ "$(sb_state "$id")" = suspended ]
@@ -234,7 +252,7 @@ qemu_pids() {
 
 @test "rm leaves no QEMU process, no file and no mount" {
   require_vm
-  local id q sup ns p
+  local id q sup ns p start holders
   id=$(vm_create)
   q=$(qemu_pids)
   [ -n "$q" ]
@@ -243,15 +261,29 @@ qemu_pids() {
   sup=$(dsec-vm inspect "$id" | jq -r .supervisor_pid)
   ns=$(readlink "/proc/$sup/ns/mnt")
   [ "$ns" != "$(readlink /proc/self/ns/mnt)" ]
+  # its holders, by pid and start time: once the namespace is gone, its
+  # inode number goes to the next new one, another session's as well
+  holders=$(ns_holders "$ns")
+  grep -q "^$sup " <<<"$holders"
   dsec-vm checkpoint "$id" >/dev/null
   run -0 dsec-vm rm "$id"
   sb_dead "$q"
   [ -z "$(qemu_pids)" ]
   [ ! -e "$DSEC_ROOT/sandboxes/$id" ]
   [ ! -e "$DSEC_RUN/$id" ]
-  for p in /proc/[0-9]*; do
-    [ "$(readlink "$p/ns/mnt" 2>/dev/null)" != "$ns" ] ||
-      { echo "process ${p#/proc/} still holds the VM's mounts" >&2; false; }
+  # none of them lives on (a zombie holds nothing), nor one they started
+  # later (it has this test's environment)
+  while read -r p start; do
+    if sb_alive "$p" && [ "$(proc_start "$p")" = "$start" ]; then
+      echo "process $p ($(cat "/proc/$p/comm")) still holds the VM's mounts" >&2
+      false
+    fi
+  done <<<"$holders"
+  for p in $(ns_holders "$ns" | cut -d' ' -f1); do
+    if { tr '\0' '\n' <"/proc/$p/environ"; } 2>/dev/null | grep -qx "DSEC_ROOT=$DSEC_ROOT"; then
+      echo "process $p ($(cat "/proc/$p/comm")) still holds the VM's mounts" >&2
+      false
+    fi
   done
   ! losetup -a | grep -q "sandboxes/$id/disk.img"
 }
@@ -328,7 +360,8 @@ qemu_pids() {
   grep -qx 'CapEff:	0000000000000000' "/proc/$q/status"
   # an unprivileged user, in a root of its own with no host file but the
   # programs' trees: the VM's files are descriptors
-  ! grep -qE '^Uid:	0	' "/proc/$q/status"
+  ! grep -qE '^Uid:	0	' "/proc/$q/status" ||
+    { echo "QEMU $q runs as uid 0" >&2; false; }
   [ "$(ls "/proc/$q/root" | tr '\n' ' ')" = "bin dev etc lib lib32 lib64 proc sbin usr " ] ||
     [ "$(ls "/proc/$q/root" | grep -cvE '^(bin|dev|etc|lib|lib32|lib64|libx32|proc|sbin|usr)$')" = 0 ]
   [ "$(ls "/proc/$q/root/etc")" = ld.so.cache ]
@@ -410,10 +443,12 @@ qemu_pids() {
   mkdir -p "$BATS_TEST_TMPDIR/www"
   echo the-solution >"$BATS_TEST_TMPDIR/www/answer.txt"
   bg python3 -m http.server "$port" --bind 127.0.0.1 --directory "$BATS_TEST_TMPDIR/www"
-  for _ in $(seq 50); do
+  for _ in $(seq 100); do
     python3 -c "import socket; socket.create_connection(('127.0.0.1', $port), 1)" 2>/dev/null && break
     sleep 0.1
   done
+  python3 -c "import socket; socket.create_connection(('127.0.0.1', $port), 1)" ||
+    { echo "the host's web server did not start" >&2; false; }
   printf '{"image":"busybox:1","network":{"mode":"proxy","allow":["127.0.0.1:%s"]}}' "$port" \
     >"$BATS_TEST_TMPDIR/spec.json"
   id=$(dsec-vm create --spec "$BATS_TEST_TMPDIR/spec.json" | jq -r .id)

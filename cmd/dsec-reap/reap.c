@@ -514,6 +514,23 @@ static json_t *read_spec(const char *dir)
   return buf ? json_loads(buf, 0, NULL) : NULL;
 }
 
+/* The states a supervisor writes last, on its way out: after it, it only
+ * finishes its audit log and exits (dsec_engine_end). */
+static bool final_state(const char *s)
+{
+  return s && (strcmp(s, "expired") == 0 || strcmp(s, "died") == 0 ||
+               strcmp(s, "stopped") == 0);
+}
+
+/* The sandbox's supervisor wrote its final state and has not exited yet. */
+static bool supervisor_ending(json_t *st)
+{
+  return final_state(json_string_value(json_object_get(st, "state"))) &&
+         dsec_process_alive(
+           (pid_t) json_integer_value(json_object_get(st, "supervisor_pid")),
+           (uint64_t) json_integer_value(json_object_get(st, "supervisor_start")));
+}
+
 /* Why sandbox id should go, or NULL to keep it.  *state gets the state
  * the reaper saw (borrowed from st or a constant). */
 static const char *sandbox_reason(struct reap *r, const char *id, json_t *st,
@@ -539,7 +556,9 @@ static const char *sandbox_reason(struct reap *r, const char *id, json_t *st,
       return "step";
     return NULL;
   }
-  if (dsec_process_alive(pid, start)) {
+  /* a supervisor that wrote a final state is on its way out: the sandbox
+   * goes for that state, as once the supervisor is gone */
+  if (!final_state(s) && dsec_process_alive(pid, start)) {
     /* a live supervisor enforces ttl_s and idle_timeout_s itself; one
      * that does not (stopped, stuck) is held to ttl_s by the clock */
     if (s && (strcmp(s, "creating") == 0 || strcmp(s, "stopping") == 0))
@@ -697,8 +716,10 @@ static int reap_sandboxes(struct reap *r, struct dsec_error **err)
     if (!r->o->dry_run) {
       struct dsec_error *e = NULL;
       /* at once: the sandbox is going, and a stuck supervisor must not
-       * hold the reaper up */
-      if (dsec_sandbox_stop(id, true, &e) < 0 || exists_at(AT_FDCWD, dir)) {
+       * hold the reaper up; one finishing its exit is given the moment
+       * (5 s at most) to write the end of its audit log */
+      if (dsec_sandbox_stop(id, !supervisor_ending(st), &e) < 0 ||
+          exists_at(AT_FDCWD, dir)) {
         if (!exists_at(AT_FDCWD, dir)) {
           /* removed meanwhile (dsec-run rm): nothing of ours to report */
           dsec_error_free(e);

@@ -8,6 +8,10 @@ export DSEC_SRCDIR DSEC_BUILDDIR
 PATH="$DSEC_BUILDDIR:$PATH"
 export LC_ALL=C
 
+# Beware: bats 1.8's `run`, given flags (-N, --separate-stderr), calls
+# bats_version_lt, whose loop variable i is not local: it sets the calling
+# test's $i to 2.  A loop around `run` counts with another name.
+
 common_setup() {
   export DSEC_ROOT="$BATS_TEST_TMPDIR/root"
   export DSEC_RUN="$BATS_TEST_TMPDIR/run"

@@ -119,6 +119,17 @@ sb_dead() {
   fi
 }
 
+# sb_wait_dead PID [TENTHS]: polls (10 s unless told) until PID is no live
+# process.
+sb_wait_dead() {
+  local i
+  for ((i = 0; i < ${2:-100}; i++)); do
+    sb_alive "$1" || return 0
+    sleep 0.1
+  done
+  sb_dead "$1"
+}
+
 # sb_rm_all: dsec-run rm --force every sandbox of this store.
 sb_rm_all() {
   local ids rc=0
@@ -143,23 +154,38 @@ sb_assert_clean() {
   return 1
 }
 
+# sb_rm_cgroups DIR...: kills what is in the cgroup directories (and
+# those under them) and removes them, polling (10 s) while the killed
+# processes are still leaving.
+sb_rm_cgroups() {
+  local i d p left
+  for ((i = 0; i < 100; i++)); do
+    left=
+    for d in "$@"; do
+      [ -d "$d" ] || continue
+      for p in $(cat "$d"/cgroup.procs "$d"/*/cgroup.procs 2>/dev/null); do
+        kill -9 "$p" 2>/dev/null || true
+      done
+      find "$d" -depth -type d -exec rmdir {} + 2>/dev/null || true
+      [ ! -d "$d" ] || left=1
+    done
+    [ -n "$left" ] || return 0
+    sleep 0.1
+  done
+  echo "cgroups that cannot be removed: $*" >&2
+  return 1
+}
+
 # sb_last_resort: after a failed cleanup, keep the shared tree clean all
 # the same: kill what is in this test's cgroups and its own supervisors,
 # and remove the cgroup directories.  Only ever this test's.
 sb_last_resort() {
-  local d p
+  local p
   for p in $(sb_pids); do
     kill -9 "$p" 2>/dev/null || true
   done
-  for d in $(sb_cgroups); do
-    for p in $(cat "$d/cgroup.procs" 2>/dev/null); do
-      kill -9 "$p" 2>/dev/null || true
-    done
-  done
-  sleep 0.5
-  for d in $(sb_cgroups); do
-    rmdir "$d" 2>/dev/null || true
-  done
+  # shellcheck disable=SC2046
+  sb_rm_cgroups $(sb_cgroups) || true
 }
 
 # sb_teardown: rm --force everything, then check nothing is left; on a
@@ -198,15 +224,8 @@ sb_file_teardown() {
   if [ -n "$p$d" ]; then
     echo "left by this file: processes $p; cgroups $d" >&2
     for p in $p; do kill -9 "$p" 2>/dev/null || true; done
-    for d in $d; do
-      for p in $(cat "$d/cgroup.procs" 2>/dev/null); do
-        kill -9 "$p" 2>/dev/null || true
-      done
-    done
-    sleep 0.5
-    for d in $(sb_cgroups "$BATS_RUN_TMPDIR"/test/*/sandbox-ids); do
-      rmdir "$d" 2>/dev/null || true
-    done
+    # shellcheck disable=SC2086
+    sb_rm_cgroups $d || true
     ok=1
   fi
   rm -rf "$DSEC_FILE_RUN"

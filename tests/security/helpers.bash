@@ -102,6 +102,8 @@ while True:
     grep -qs listening "$BATS_FILE_TMPDIR/abstract.log" && break
     sleep 0.1
   done
+  grep -qs listening "$BATS_FILE_TMPDIR/abstract.log" ||
+    { echo "the abstract socket's server did not start" >&2; return 1; }
 }
 
 sec_teardown_file() {

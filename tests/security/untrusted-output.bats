@@ -267,7 +267,8 @@ vm_create() {
   nobody dsec-pull --name bb:1 "tar:$rl/busybox.tar.gz" >/dev/null
   nobody dsec-layer create --dir "$rl/tools" --name tools@1 >/dev/null
   id=$(nobody dsec-run create --image bb:1 --layer tools@1 | jq -r .id)
-  [ -n "$id" ] && [ "$id" != null ]
+  [ -n "$id" ]
+  [ "$id" != null ]
   run -0 nobody dsec-run exec "$id" -- sh -c "mkdir -p /w/d && echo in >/w/d/f &&
     { $UNTRUSTED swap /w/d $HOSTDIR 120 >/dev/null 2>&1 & }"
   for i in $(seq 10); do
@@ -297,8 +298,11 @@ vm_create() {
   host_dir
   vm_create
   sup=$(dsec-vm inspect "$SB" | jq -r .supervisor_pid)
-  loops=$(losetup -a | sort)
-  mounts=$(cut -d' ' -f5 /proc/self/mountinfo | sort)
+  # (the host's loop devices and mounts that name this file's directories,
+  # where the VM's disk is: the rest comes and goes with whatever else
+  # runs on the host)
+  loops=$(losetup -a | grep -F "$BATS_FILE_TMPDIR" | sort)
+  mounts=$(grep -F "$BATS_FILE_TMPDIR" /proc/self/mountinfo | cut -d' ' -f5 | sort)
   supmounts=$(cut -d' ' -f5 "/proc/$sup/mountinfo" | sort)
   run -0 --separate-stderr dsec-vm exec --timeout 120 "$SB" -- sh -c "
     mkdir -p /w && cp /bin/busybox /w/suid && chmod 6755 /w/suid &&
@@ -321,8 +325,8 @@ vm_create() {
   assert_no_privileged_files "$DSEC_ROOT/store"
   # the host read no disk: no loop device, no mount, here or the
   # supervisor's
-  [ "$(losetup -a | sort)" = "$loops" ]
-  [ "$(cut -d' ' -f5 /proc/self/mountinfo | sort)" = "$mounts" ]
+  [ "$(losetup -a | grep -F "$BATS_FILE_TMPDIR" | sort)" = "$loops" ]
+  [ "$(grep -F "$BATS_FILE_TMPDIR" /proc/self/mountinfo | cut -d' ' -f5 | sort)" = "$mounts" ]
   [ "$(cut -d' ' -f5 "/proc/$sup/mountinfo" | sort)" = "$supmounts" ]
   # the VM goes on
   run -0 --separate-stderr dsec-vm exec "$SB" -- cat /w/cap
