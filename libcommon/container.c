@@ -490,28 +490,70 @@ static void drop_privileges(struct init_ctx *c, uid_t uid, gid_t gid,
  * it gets a /proc of its own (masked like the sandbox's) and its own
  * /dev/shm, and shares the sandbox's files.  Its parent is outside the
  * sandbox: the exec dies with it (*life is what tells, see below). */
+/* PID 1 of a call's pid namespace: not the command (the kernel keeps
+ * from PID 1 the signals it has no handler for, so `kill $$` would not
+ * end it), but its reaper.  The command is its child; when it ends, PID 1
+ * gives its status to the relay (sp) and exits, and every process the
+ * call left behind dies with the namespace.  Returns in the command. */
+static void call_split(int sp)
+{
+  struct __user_cap_header_struct h = { _LINUX_CAPABILITY_VERSION_3, 0 };
+  struct __user_cap_data_struct none[2] = { { 0 } };
+  pid_t cmd = fork(), pid;
+  int status = 0, devnull;
+
+  if (cmd < 0)
+    _exit(125);
+  if (cmd == 0) {
+    close(sp);
+    return;
+  }
+  /* the reaper needs nothing: no capabilities, no standard streams (the
+   * exec's pipes end with the command) */
+  syscall(SYS_capset, &h, none);
+  devnull = open("/dev/null", O_RDWR | O_CLOEXEC);
+  for (int fd = 0; fd < 3; fd++)
+    if (devnull >= 0)
+      dup2(devnull, fd);
+  for (;;) {
+    pid = waitpid(-1, &status, 0);
+    if (pid == cmd)
+      break;
+    if (pid < 0 && errno != EINTR)
+      _exit(125);
+  }
+  if (write(sp, &status, sizeof status) != (ssize_t) sizeof status)
+    _exit(125);
+  _exit(0);
+}
+
 static void call_enter(struct init_ctx *c, const char *workdir, int *life)
 {
   pid_t pid;
-  int status, lp[2] = { -1, -1 };
+  int status, lp[2] = { -1, -1 }, sp[2] = { -1, -1 };
 
   if (unshare(CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWIPC) < 0) {
     dprintf(STDERR_FILENO, "dsec: cannot isolate the call: %s\n",
             strerror(errno));
     _exit(125);
   }
-  if (c->exclusive && pipe2(lp, O_CLOEXEC) < 0)
+  if ((c->exclusive && pipe2(lp, O_CLOEXEC) < 0) || pipe2(sp, O_CLOEXEC) < 0)
     _exit(125);
   pid = fork();
   if (pid < 0)
     _exit(125);
   if (pid > 0) {
-    /* relay the call's status, signal included */
+    /* relay the call's status, signal included: the command's, as PID 1
+     * tells it (else PID 1's own) */
+    int told;
     if (lp[0] >= 0)
       close(lp[0]);
+    close(sp[1]);
     while (waitpid(pid, &status, 0) < 0)
       if (errno != EINTR)
         _exit(125);
+    if (read(sp[0], &told, sizeof told) == (ssize_t) sizeof told)
+      status = told;
     if (WIFSIGNALED(status)) {
       signal(WTERMSIG(status), SIG_DFL);
       prctl(PR_SET_DUMPABLE, 0);
@@ -522,6 +564,7 @@ static void call_enter(struct init_ctx *c, const char *workdir, int *life)
   }
   if (lp[1] >= 0)
     close(lp[1]);
+  close(sp[0]);
   *life = lp[0];
   if (c->exclusive) {
     if (mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC,
@@ -537,12 +580,23 @@ static void call_enter(struct init_ctx *c, const char *workdir, int *life)
   if (mount("tmpfs", "/dev/shm", "tmpfs", MS_NOSUID | MS_NODEV,
             "mode=1777,size=67108864") < 0)
     goto fail;
-  if (c->exclusive)
+  if (c->exclusive) {
+    call_split(sp[1]);
     return;
-  if (mount("tmpfs", "/tmp", "tmpfs", MS_NOSUID | MS_NODEV, c->tmp_size) < 0 ||
-      (strcmp(workdir, "/") != 0 && strcmp(workdir, "/tmp") != 0 &&
-       mount("tmpfs", workdir, "tmpfs", MS_NOSUID | MS_NODEV, c->tmp_size) < 0))
+  }
+  if (mount("tmpfs", "/tmp", "tmpfs", MS_NOSUID | MS_NODEV, c->tmp_size) < 0)
     goto fail;
+  if (strcmp(workdir, "/") != 0 && strcmp(workdir, "/tmp") != 0 &&
+      mount("tmpfs", workdir, "tmpfs", MS_NOSUID | MS_NODEV, c->tmp_size) < 0) {
+    /* as any exec: a working directory it cannot enter is 126 */
+    if (errno == ENOENT || errno == ENOTDIR || errno == EACCES) {
+      dprintf(STDERR_FILENO, "dsec: cannot enter %s: %s\n", workdir,
+              strerror(errno));
+      _exit(DSEC_EXIT_CANNOT_EXEC);
+    }
+    goto fail;
+  }
+  call_split(sp[1]);
   return;
 fail:
   dprintf(STDERR_FILENO, "dsec: cannot prepare the call: %s\n",
