@@ -35,6 +35,8 @@
  * Store objects younger than this are not collected either (their maker
  * may be about to reference them). */
 #define STALE_S 60
+/* a layer's tree being removed: layers/.trash-<hex> */
+#define TRASH_PREFIX ".trash-"
 #define VM_BOOT_MIN_AGE 600 /* s: a boot entry being built and indexed is younger */
 
 struct reap {
@@ -1369,16 +1371,50 @@ static int remove_cand(struct dsec_store *s, const struct cand *c,
       if (lock < 0)
         return -1;
     }
-    if (unlinkat(s->blobs_fd, hex, 0) < 0 && errno != ENOENT)
-      return dsec_fail(err, errno, "cannot remove blob %s", c->digest);
-    if (dsec_rm_rf_at(s->layers_fd, hex, err) < 0)
-      return dsec_error_wrap(err, "layer %s", c->digest);
+    {
+      /* the tree goes out of sight first, under a name the next run
+       * removes whatever its age: a reaper killed here or below leaves
+       * no young-looking half layer behind */
+      _cleanup_free_ char *trash = xasprintf("%s%s", TRASH_PREFIX, hex);
+      if (dsec_rm_rf_at(s->layers_fd, trash, err) < 0 ||
+          (renameat(s->layers_fd, hex, s->layers_fd, trash) < 0 &&
+           errno != ENOENT &&
+           dsec_fail(err, errno, "cannot remove layer %s", c->digest) < 0))
+        return dsec_error_wrap(err, "layer %s", c->digest);
+      if (unlinkat(s->blobs_fd, hex, 0) < 0 && errno != ENOENT)
+        return dsec_fail(err, errno, "cannot remove blob %s", c->digest);
+      if (dsec_rm_rf_at(s->layers_fd, trash, err) < 0)
+        return dsec_error_wrap(err, "layer %s", c->digest);
+    }
     return 0;
   }
   if (strcmp(c->what, "vm-boot") == 0)
     return dsec_vm_boot_remove(s, c->digest, err);
   if (unlinkat(s->blobs_fd, hex, 0) < 0 && errno != ENOENT)
     return dsec_fail(err, errno, "cannot remove blob %s", c->digest);
+  return 0;
+}
+
+/* Layers an earlier run was removing when it was killed (see remove_cand):
+ * gone now, whatever their age (we hold the gc lock). */
+static int reap_trash(struct reap *r, struct dsec_store *s,
+                      struct dsec_error **err)
+{
+  _cleanup_closedir_ DIR *d = NULL;
+  struct dirent *de;
+  int dfd = dup(s->layers_fd);
+
+  if (r->o->dry_run || dfd < 0 || !(d = fdopendir(dfd))) {
+    if (dfd >= 0 && !d)
+      close(dfd);
+    return 0;
+  }
+  while ((de = readdir(d))) {
+    if (!dsec_str_has_prefix(de->d_name, TRASH_PREFIX))
+      continue;
+    if (dsec_rm_rf_at(s->layers_fd, de->d_name, err) < 0)
+      return dsec_error_wrap(err, "layers/%s", de->d_name);
+  }
   return 0;
 }
 
@@ -1394,6 +1430,8 @@ static int store_gc(struct reap *r, struct dsec_store *s, int64_t *store_bytes,
   if (!live)
     return -1;
   read_mountinfo(r);
+  if (reap_trash(r, s, err) < 0)
+    return -1;
   find_candidates(r, s, live, &v, &n);
   if (n > 1)
     qsort(v, n, sizeof *v, cmp_cand);

@@ -941,8 +941,17 @@ static int create_sandbox(json_t *spec_in, const char *reuse_id,
     /* the supervisor outlives us: it is the sandbox's owner, not a
      * daemon (one per sandbox, gone with it) */
     setsid();
-    if (read(gofd[0], &go, 1) != 1)
-      _exit(0); /* the creation was abandoned before anything was made */
+    if (read(gofd[0], &go, 1) != 1) {
+      /* the creation was abandoned, or its creator died (killed between
+       * making the directory under its temporary name and the rename):
+       * that name is this creation's alone, and goes with it */
+      if (!reuse_id) {
+        _cleanup_free_ char *parent = dsec_sandboxes_dir();
+        _cleanup_free_ char *tmp = xasprintf("%s/.tmp-%s", parent, id);
+        dsec_rm_rf_at(AT_FDCWD, tmp, NULL);
+      }
+      _exit(0);
+    }
     close(gofd[0]);
     close(gc); /* the lock is the creation's, not the supervisor's */
     dsec_store_free(store);
