@@ -509,7 +509,8 @@ static void call_split(int sp)
     return;
   }
   /* the reaper needs nothing: no capabilities, no standard streams (the
-   * exec's pipes end with the command) */
+   * exec's pipes end with the command); its name says what it is */
+  prctl(PR_SET_NAME, "dsec-call", 0, 0, 0);
   syscall(SYS_capset, &h, none);
   devnull = open("/dev/null", O_RDWR | O_CLOEXEC);
   for (int fd = 0; fd < 3; fd++)
