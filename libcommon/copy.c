@@ -301,6 +301,43 @@ int dsec_copy_parse(struct dsec_copy_parser *p, const char *buf, size_t n)
 
 /* ---- the sender */
 
+/* What a source is called in its stream (its base name, "" for its
+ * contents: "dir/.", "/", "."), cut from copy (which it edits); *follow
+ * when its last link is followed ("dir/"). */
+static char *source_name(char *copy, bool *contents, bool *follow)
+{
+  size_t n = strlen(copy);
+  char *slash, *base;
+
+  /* "dir/." is dir's contents; "dir/" is dir, followed if a link */
+  if (n >= 2 && strcmp(copy + n - 2, "/.") == 0) {
+    *contents = *follow = true;
+    copy[n - 1] = '\0';
+    n--;
+  }
+  while (n > 1 && copy[n - 1] == '/') {
+    *follow = true;
+    copy[--n] = '\0';
+  }
+  slash = strrchr(copy, '/');
+  base = slash ? slash + 1 : copy;
+  if (!*base || strcmp(base, ".") == 0 || strcmp(base, "..") == 0 ||
+      strcmp(copy, "/") == 0)
+    *contents = true;
+  return *contents ? copy + n : base;
+}
+
+char *dsec_copy_source_name(const char *src)
+{
+  char *copy = strdup(src), *name;
+  bool contents = false, follow = false;
+  if (!copy)
+    return NULL;
+  name = strdup(source_name(copy, &contents, &follow));
+  free(copy);
+  return name;
+}
+
 struct sender {
   int fd;
   char *why;
@@ -548,9 +585,8 @@ static int s_any(struct sender *s, int dirfd, const char *name, size_t plen,
 int dsec_copy_send(int out, const char *src, uint64_t *skipped, char *why)
 {
   struct sender *s = calloc(1, sizeof *s);
-  size_t n = strlen(src);
   bool contents = false, follow = false;
-  char *copy = NULL, *base, *slash;
+  char *copy = NULL, *base;
   struct stat st;
   int fd = -1, r = -1;
 
@@ -564,21 +600,7 @@ int dsec_copy_send(int out, const char *src, uint64_t *skipped, char *why)
     struct stat os;
     s->splice = fstat(out, &os) == 0 && S_ISFIFO(os.st_mode);
   }
-  /* "dir/." is dir's contents; "dir/" is dir, followed if a link */
-  if (n >= 2 && strcmp(copy + n - 2, "/.") == 0) {
-    contents = follow = true;
-    copy[n - 1] = '\0';
-    n--;
-  }
-  while (n > 1 && copy[n - 1] == '/') {
-    follow = true;
-    copy[--n] = '\0';
-  }
-  slash = strrchr(copy, '/');
-  base = slash ? slash + 1 : copy;
-  if (!*base || strcmp(base, ".") == 0 || strcmp(base, "..") == 0 ||
-      strcmp(copy, "/") == 0)
-    contents = true;
+  base = source_name(copy, &contents, &follow);
   /* what it is, before it is opened (a device is never opened) */
   fd = open(src, O_PATH | O_CLOEXEC | (follow ? 0 : O_NOFOLLOW));
   if (fd < 0 || fstat(fd, &st) < 0) {
@@ -651,6 +673,7 @@ struct dirfix {
 struct dsec_copy_sink {
   char *dst;
   unsigned keep;
+  char *expect;          /* the name the stream must give, or NULL */
   uid_t uid;             /* the owner when the stream's is not kept */
   gid_t gid;
   char *why;
@@ -710,12 +733,16 @@ void dsec_copy_sink_free(struct dsec_copy_sink *s)
   free(s->fleaf);
   free(s->leaf);
   free(s->dst);
+  free(s->expect);
   free(s);
 }
 
 static int k_name(void *ud, const char *name)
 {
   struct dsec_copy_sink *s = ud;
+  if (s->expect && strcmp(s->expect, name) != 0)
+    return say(s->why, "the copy stream names `%s`, not `%s`", name,
+               s->expect);
   snprintf(s->name, sizeof s->name, "%s", name);
   return 0;
 }
@@ -1015,6 +1042,12 @@ const struct dsec_copy_ops dsec_copy_sink_ops = {
 int dsec_copy_receive(int in, const char *dst, unsigned keep, uid_t uid,
                       gid_t gid, char *why)
 {
+  return dsec_copy_receive_as(in, dst, keep, uid, gid, NULL, why);
+}
+
+int dsec_copy_receive_as(int in, const char *dst, unsigned keep, uid_t uid,
+                         gid_t gid, const char *name, char *why)
+{
   struct dsec_copy_sink *s = dsec_copy_sink_new(dst, keep, uid, gid, why);
   struct dsec_copy_parser *p = s ? dsec_copy_parser_new(&dsec_copy_sink_ops, s, why)
                                  : NULL;
@@ -1024,7 +1057,9 @@ int dsec_copy_receive(int in, const char *dst, unsigned keep, uid_t uid,
   int r = -1;
 
   why[0] = '\0';
-  if (!s || !p || !buf) {
+  if (s && name)
+    s->expect = strdup(name); /* NULL: out of memory, caught below */
+  if (!s || !p || !buf || (name && !s->expect)) {
     if (!why[0])
       say(why, "out of memory");
     goto out;

@@ -85,6 +85,15 @@ int dsec_copy_send(int out, const char *src, uint64_t *skipped, char *why);
 int dsec_copy_receive(int in, const char *dst, unsigned keep, uid_t uid,
                       gid_t gid, char *why);
 
+/* The same, for a stream whose name (its 'h' header) must be name: the
+ * one dsec_copy_source_name gives its source (a copy out of a sandbox,
+ * whose stream its guest could otherwise name as it likes). */
+int dsec_copy_receive_as(int in, const char *dst, unsigned keep, uid_t uid,
+                         gid_t gid, const char *name, char *why);
+/* The name a source's stream gives (new string; "" for its contents),
+ * or NULL when out of memory. */
+char *dsec_copy_source_name(const char *src);
+
 /* The same as a set of ops, for a stream that comes otherwise (its
  * reasons in why); the end (the "end" op) sets the directories' modes. */
 struct dsec_copy_sink;

@@ -467,6 +467,7 @@ static void session_shell_ended(struct dsec_engine *e, struct dsec_job *j,
                                 const struct dsec_job_end *end);
 static void copy_finish(struct dsec_engine *e, struct dsec_job *j,
                         const struct dsec_job_end *end);
+static bool copy_defer(struct dsec_job *j, const struct dsec_job_end *end);
 
 static void jobs_remove(struct dsec_engine *e, struct dsec_job *j)
 {
@@ -494,7 +495,8 @@ void dsec_job_finish(struct dsec_engine *e, struct dsec_job *j,
     return;
   }
   if (j->copy) {
-    copy_finish(e, j, end);
+    if (!copy_defer(j, end))
+      copy_finish(e, j, end);
     return;
   }
   if (end->error)
@@ -1256,6 +1258,7 @@ static void sessions_adopt(struct dsec_engine *e, json_t *old)
 #define COPY_BACKLOG_MAX (2u << 20)  /* a copy in waits for the sandbox */
 #define COPY_WINDOW_MAX (16u << 20)  /* ... for a guest (acknowledged) */
 #define COPY_WRITE_TIMEOUT_MS 60000  /* a client that stops reading */
+#define COPY_PEND_MAX (16u << 20)    /* a guest's output kept for it */
 
 struct dsec_copy_job {
   struct dsec_engine *e;
@@ -1269,6 +1272,16 @@ struct dsec_copy_job {
   char why[DSEC_COPY_WHY];
   json_t *recorded;        /* an upload at a recorded seq: its answer */
   bool replayed;           /* a download at a recorded seq: run again */
+  /* a copy out whose client reads slower than the job writes: the job's
+   * stdout is not read meanwhile (stalled), or, where output comes
+   * unasked (a guest's), what waits for the client (pend) */
+  bool stalled;
+  char *pend;
+  size_t npend;
+  bool ended;              /* the job ended first: its end, for when the
+                            * client has everything */
+  struct dsec_job_end end;
+  char *end_error;
 };
 
 static void h_u32(struct dsec_sha256 *h, uint32_t v)
@@ -1330,6 +1343,9 @@ static void copy_watch(struct dsec_copy_job *c, bool on)
 static void copy_free(struct dsec_engine *e, struct dsec_job *j)
 {
   struct dsec_copy_job *c = j->copy;
+  free(c->pend);
+  free(c->end_error);
+  c->pend = c->end_error = NULL;
   copy_watch(c, false);
   if (c->fd >= 0)
     close(c->fd);
@@ -1341,6 +1357,8 @@ static void copy_free(struct dsec_engine *e, struct dsec_job *j)
   dsec_engine_bury(e, c); /* its watch may be in this batch */
 }
 
+static void copy_unstall(struct dsec_job *j);
+
 /* The stream went wrong (why says): the job is ended, its answer says so. */
 static void copy_refuse(struct dsec_job *j)
 {
@@ -1349,6 +1367,11 @@ static void copy_refuse(struct dsec_job *j)
     return;
   c->bad = true;
   copy_watch(c, false);
+  /* what the job still writes is read (and dropped) to its end */
+  copy_unstall(j);
+  free(c->pend);
+  c->pend = NULL;
+  c->npend = 0;
   if (!c->recorded)
     c->e->ops->signal(c->e, j, SIGKILL);
 }
@@ -1548,6 +1571,83 @@ static bool copy_out_wait(struct dsec_job *j)
   return false;
 }
 
+static void copy_finish(struct dsec_engine *e, struct dsec_job *j,
+                        const struct dsec_job_end *end);
+
+/* The client's pipe takes more: what waited goes, the job's stdout is read
+ * again, and a job that ended meanwhile is answered once all is out. */
+static void copy_client_writable(struct dsec_engine *e, void *p,
+                                 uint32_t events)
+{
+  struct dsec_job *j = p;
+  struct dsec_copy_job *c = j->copy;
+
+  if (!(events & EPOLLOUT) && (events & (EPOLLERR | EPOLLHUP))) {
+    snprintf(c->why, sizeof c->why, "the client is gone");
+    copy_refuse(j);
+  }
+  while (!c->bad && c->npend > 0) {
+    ssize_t w = write(c->fd, c->pend, c->npend);
+    if (w < 0 && errno == EINTR)
+      continue;
+    if (w < 0 && errno == EAGAIN)
+      return;
+    if (w <= 0) {
+      snprintf(c->why, sizeof c->why, "the client is gone: %s",
+               w < 0 ? strerror(errno) : "closed");
+      copy_refuse(j);
+      break;
+    }
+    memmove(c->pend, c->pend + w, c->npend - (size_t) w);
+    c->npend -= (size_t) w;
+  }
+  copy_watch(c, false);
+  copy_unstall(j);
+  if (c->ended && !c->stalled && c->npend == 0)
+    copy_finish(e, j, &c->end);
+}
+
+/* A copy out whose job ended before its client had all of it: answered
+ * when it has (true), else now (false). */
+static bool copy_defer(struct dsec_job *j, const struct dsec_job_end *end)
+{
+  struct dsec_copy_job *c = j->copy;
+  if (c->bad || (!c->stalled && c->npend == 0))
+    return false;
+  c->ended = true;
+  c->end = *end;
+  c->end.error = end->error ? (c->end_error = xstrdup(end->error)) : NULL;
+  c->end.extra = NULL;
+  return true;
+}
+
+/* The job's stdout waits for the client's pipe to take more. */
+static void copy_stall(struct dsec_job *j)
+{
+  struct dsec_copy_job *c = j->copy;
+  if (c->stalled || c->fd < 0)
+    return;
+  if (j->out.fd >= 0)
+    epoll_ctl(c->e->epfd, EPOLL_CTL_DEL, j->out.fd, NULL);
+  c->stalled = true;
+  copy_watch(c, false);
+  c->w = (struct dsec_watch){ copy_client_writable, j, false };
+  c->watching = dsec_engine_watch(c->e, c->fd, EPOLLOUT, &c->w) == 0;
+}
+
+static void copy_unstall(struct dsec_job *j)
+{
+  struct dsec_copy_job *c = j->copy;
+  if (!c->stalled)
+    return;
+  c->stalled = false;
+  if (j->out.fd >= 0) {
+    j->out.w = (struct dsec_watch){ capture_readable, &j->out, false };
+    dsec_engine_watch(c->e, j->out.fd, EPOLLIN, &j->out.w);
+    capture_read(&j->out);
+  }
+}
+
 /* A copy out from the job's stdout pipe (a container's) straight to the
  * client's pipe: tee(2) gives the client the pages, then they are read
  * here to be checked and hashed.  False: the plain way (read, write). */
@@ -1567,9 +1667,10 @@ static bool copy_out_tee(struct dsec_capture *cap)
       struct pollfd pf = { c->fd, POLLOUT, 0 };
       if (poll(&pf, 1, 0) == 1 && pf.revents == POLLOUT)
         return true; /* the job's pipe is empty: wait for it */
-      if (!copy_out_wait(j))
-        return true;
-      continue;
+      /* the client's is full: the job's waits until it is not (the
+       * supervisor serves everything else meanwhile) */
+      copy_stall(j);
+      return true;
     }
     if (n < 0)
       return rounds == 0 ? false : true;
@@ -1607,15 +1708,37 @@ static void copy_out_data(struct dsec_job *j, const char *buf, size_t n)
     return;
   }
   while (n > 0) {
-    ssize_t w = write(c->fd, buf, n);
-    if (w < 0 && errno == EINTR)
+    ssize_t w = c->npend ? -1 : write(c->fd, buf, n);
+    if (w < 0 && !c->npend && errno == EINTR)
       continue;
-    if (w < 0 && errno == EAGAIN) {
-      struct pollfd pf = { c->fd, POLLOUT, 0 };
-      if (poll(&pf, 1, COPY_WRITE_TIMEOUT_MS) > 0)
+    if (c->npend || (w < 0 && errno == EAGAIN)) {
+      /* kept for the client, up to a bound; past it we wait for it here
+       * (a guest's output comes unasked) */
+      if (c->npend + n > COPY_PEND_MAX) {
+        while (c->npend > 0 && !c->bad) {
+          ssize_t f;
+          if (!copy_out_wait(j))
+            return;
+          f = write(c->fd, c->pend, c->npend);
+          if (f < 0 && (errno == EAGAIN || errno == EINTR))
+            continue;
+          if (f <= 0) {
+            snprintf(c->why, sizeof c->why, "the client is gone");
+            copy_refuse(j);
+            return;
+          }
+          memmove(c->pend, c->pend + f, c->npend - (size_t) f);
+          c->npend -= (size_t) f;
+        }
         continue;
-      snprintf(c->why, sizeof c->why, "the client stopped reading the copy");
-      copy_refuse(j);
+      }
+      c->pend = xrealloc(c->pend, c->npend + n);
+      memcpy(c->pend + c->npend, buf, n);
+      c->npend += n;
+      if (!c->watching) {
+        c->w = (struct dsec_watch){ copy_client_writable, j, false };
+        c->watching = dsec_engine_watch(c->e, c->fd, EPOLLOUT, &c->w) == 0;
+      }
       return;
     }
     if (w <= 0) {
@@ -1697,6 +1820,52 @@ static void copy_finish(struct dsec_engine *e, struct dsec_job *j,
   copy_answer(e, j, res);
 }
 
+/* A path an fncall call sees only in its own scratch (its /tmp, /dev/shm
+ * and working directory are made afresh per call), relative ones from
+ * the working directory; read lexically, as the call would name it. */
+static bool fncall_scratch(struct dsec_engine *e, const char *path)
+{
+  static const char *const scratch[] = { "/tmp", "/dev/shm" };
+  const char *wd = e->spec->workdir ? e->spec->workdir : "/";
+  _cleanup_free_ char *abs = path[0] == '/' ? xstrdup(path)
+                                            : xasprintf("%s/%s", wd, path);
+  _cleanup_free_ char *clean = xmalloc(strlen(abs) + 2);
+  size_t n = 0;
+
+  /* "." and ".." resolved, slashes squeezed */
+  for (const char *c = abs; *c;) {
+    const char *end = strchrnul(c, '/');
+    size_t len = (size_t) (end - c);
+    if (len == 0 || (len == 1 && c[0] == '.')) {
+      /* nothing */
+    } else if (len == 2 && c[0] == '.' && c[1] == '.') {
+      while (n > 0 && clean[--n] != '/')
+        ;
+    } else {
+      clean[n++] = '/';
+      memcpy(clean + n, c, len);
+      n += len;
+    }
+    c = *end ? end + 1 : end;
+  }
+  if (n == 0)
+    clean[n++] = '/';
+  clean[n] = '\0';
+  for (size_t i = 0; i < ARRAY_SIZE(scratch); i++) {
+    size_t l = strlen(scratch[i]);
+    if (strncmp(clean, scratch[i], l) == 0 && (!clean[l] || clean[l] == '/'))
+      return true;
+  }
+  if (strcmp(wd, "/") != 0) {
+    size_t l = strlen(wd);
+    while (l > 1 && wd[l - 1] == '/')
+      l--;
+    if (strncmp(clean, wd, l) == 0 && (!clean[l] || clean[l] == '/'))
+      return true;
+  }
+  return false;
+}
+
 /* upload {dst, archive, seq} or download {src, seq}, the client's pipe
  * passed with it. */
 static void copy_start(struct dsec_engine *e, struct dsec_client *cl,
@@ -1733,6 +1902,15 @@ static void copy_start(struct dsec_engine *e, struct dsec_client *cl,
     close(fd);
     reply_error(cl, "`seq` must be a non-negative integer and `archive` "
                 "true or false", DSEC_EXIT_INPUT);
+    return;
+  }
+  if (in && e->spec->backend == DSEC_BACKEND_FNCALL &&
+      fncall_scratch(e, json_string_value(path))) {
+    /* each call gets these afresh: a copy there would be gone at once */
+    close(fd);
+    reply_error(cl, "an fncall sandbox keeps nothing between calls in /tmp, "
+                "/dev/shm or its working directory: copy into a read-write "
+                "mount, or use a container", DSEC_EXIT_INPUT);
     return;
   }
   rec = json_pack("{s:s, s:O}", "op", in ? "upload" : "download", key, path);
@@ -2033,10 +2211,15 @@ static void client_next(struct dsec_engine *e, struct dsec_client *cl)
     } else if (strcmp(op, "resume") == 0) {
       r = engine_resume(e);
     } else if (strcmp(op, "upload") == 0 || strcmp(op, "download") == 0) {
-      if (e->suspended)
+      if (e->suspended) {
+        /* refused: the pipe that came with it goes (its client then sees
+         * its end) */
+        int fd = dsec_ctl_take_fd(&cl->c);
+        if (fd >= 0)
+          close(fd);
         reply_error(cl, "the sandbox is suspended (resume it first)",
-                    DSEC_EXIT_INTERNAL);
-      else
+                    DSEC_EXIT_FAILURE);
+      } else
         copy_start(e, cl, req, op[0] == 'u');
     } else if (strcmp(op, "sessions") == 0) {
       r = sessions_list(e);

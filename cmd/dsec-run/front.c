@@ -1979,6 +1979,38 @@ static int copy_in(const char *id, const char *src, const char *dst,
   return r;
 }
 
+/* Where a copy out would go on the host can take it: DST a directory we
+ * may write in, or a new name in one.  Checked before the copy is asked
+ * for, so that a copy the host side cannot make is not recorded as made
+ * (what fails later, a full disk, still is: the sandbox's side sent it). */
+static int host_dst_check(const char *dst, struct dsec_error **err)
+{
+  _cleanup_free_ char *copy = xstrdup(dst);
+  struct stat st;
+  char *slash;
+  size_t n = strlen(copy);
+
+  if (stat(dst, &st) == 0 && S_ISDIR(st.st_mode))
+    return access(dst, W_OK | X_OK) == 0
+             ? 0
+             : dsec_fail(err, errno, "cannot write in %s", dst);
+  if (n > 0 && copy[n - 1] == '/')
+    return dsec_fail(err, 0, "%s: no such directory", dst);
+  slash = strrchr(copy, '/');
+  if (slash)
+    *slash = '\0';
+  {
+    const char *parent = !slash ? "." : slash == copy ? "/" : copy;
+    if (stat(parent, &st) < 0)
+      return dsec_fail(err, errno, "%s", parent);
+    if (!S_ISDIR(st.st_mode))
+      return dsec_fail(err, ENOTDIR, "%s", parent);
+    if (access(parent, W_OK | X_OK) < 0)
+      return dsec_fail(err, errno, "cannot write in %s", parent);
+  }
+  return 0;
+}
+
 /* sandbox id:src -> host dst, written as it comes (as the caller: never
  * setuid, never a device). */
 static int copy_out(const char *id, const char *src, const char *dst,
@@ -1989,7 +2021,7 @@ static int copy_out(const char *id, const char *src, const char *dst,
   int p[2], r;
   json_t *req;
 
-  if (connect_running(id, &c, err) < 0)
+  if (host_dst_check(dst, err) < 0 || connect_running(id, &c, err) < 0)
     return -1;
   if (pipe2(p, O_CLOEXEC) < 0) {
     dsec_conn_close(c);
@@ -2006,7 +2038,12 @@ static int copy_out(const char *id, const char *src, const char *dst,
     dsec_conn_close(c);
     return -1;
   }
-  r = dsec_copy_receive(p[0], dst, 0, (uid_t) -1, (gid_t) -1, why);
+  {
+    /* the stream names what it holds as SRC's name, or it is refused */
+    _cleanup_free_ char *name = dsec_copy_source_name(src);
+    r = dsec_copy_receive_as(p[0], dst, 0, (uid_t) -1, (gid_t) -1,
+                             name ? name : "", why);
+  }
   close(p[0]);
   r = cp_answer(c, r, why, NULL, err);
   dsec_conn_close(c);
