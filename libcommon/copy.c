@@ -416,6 +416,9 @@ static int s_file(struct sender *s, int fd, const char *path,
         s->splice = false;
         break;
       }
+      if (n < 0 && errno == EPIPE)
+        return say(s->why, "cannot write the copy stream: %s",
+                   strerror(errno));
       if (n < 0)
         return say(s->why, "cannot read %s: %s", *path ? path : "the file",
                    strerror(errno));

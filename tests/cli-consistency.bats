@@ -41,9 +41,9 @@ man_section() {
     insec' "$1"
 }
 
-# The tag lines (the line after each .TP) of a section, as plain text.
+# The tag lines (the line after each .TP or .TQ) of a section, as plain text.
 man_tags() {
-  man_section "$1" "$2" | awk 'tp { print; tp = 0 } /^\.TP/ { tp = 1 }' |
+  man_section "$1" "$2" | awk 'tp { print; tp = 0 } /^\.T[PQ]/ { tp = 1 }' |
     sed -e 's/\\-/-/g' -e 's/\\f[BIRP]//g' -e 's/\\(em//g'
 }
 

@@ -148,8 +148,12 @@ require_vm() {
   run -1 --separate-stderr dsec-run cp box:/missing "$H/x"
   [[ $stderr == *"cannot read /missing"* ]]
   [ ! -e "$H/x" ]
-  run -1 --separate-stderr dsec-run cp "$H/f" box:/no/such/dir/f
-  [[ $stderr == *"/no/such/dir"* ]]
+  # a copy in makes DST's missing parents; one through a file cannot
+  run -0 --separate-stderr dsec-run cp "$H/f" box:/no/such/dir/f
+  [ "$(sx "$id" 'cat /no/such/dir/f; stat -c %a /no/such/dir')" = "$(cat "$H/f")
+755" ]
+  run -1 --separate-stderr dsec-run cp "$H/f" box:/etc/passwd/dir/f
+  [[ $stderr == *"/etc/passwd"* ]]
   run -1 --separate-stderr dsec-run cp box:/etc/passwd "$H/no/such/p"
   [[ $stderr == *"No such file or directory"* ]]
   [ ! -e "$H/no" ]

@@ -332,9 +332,10 @@ fncall_create() {
   sb_exec sh -c 'kill -9 -1; touch /tmp/killed'
   wait "${BG[0]}"
   jq -e '.exit_code == 0 and (.stdout | test("alive"))' "$BATS_TEST_TMPDIR/x"
-  # its process 1 is its own command, not the sandbox's init
+  # its process 1 is its own reaper, not the sandbox's init; the command
+  # is process 2
   jq -e '.stdout | test("dsec-init") | not' "$BATS_TEST_TMPDIR/x"
-  jq -e '.stdout | test("\n +1 sh\n")' "$BATS_TEST_TMPDIR/x"
+  jq -e '.stdout | test("\n +1 dsec-call\n +2 sh\n")' "$BATS_TEST_TMPDIR/x"
 }
 
 @test "exclusive: no capabilities, denials recorded, protect holds, masks, timeout" {
