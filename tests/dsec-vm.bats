@@ -565,3 +565,21 @@ ns_holders() {
   run -0 --separate-stderr dsec-vm exec --session s "$id" -- true
   jq -e '.session == "s" and (.accelerator == "tcg" or .accelerator == "kvm")' <<<"$output"
 }
+
+@test "terminal: exec --tty runs on the guest's devpts (tty, size, typed input); a shell from a terminal gives its exit status back" {
+  require_vm
+  local id
+  id=$(vm_create)
+  run -0 --separate-stderr dsec-vm exec --tty-size 100x30 "$id" -- sh -c 'tty; stty size; echo err >&2'
+  jq -e '(.stdout | test("^/dev/pts/[0-9]+\r\n30 100\r\nerr\r\n$")) and .stderr == ""' <<<"$output"
+  printf 'hey\n' >"$BATS_TEST_TMPDIR/in"
+  run -0 --separate-stderr dsec-vm exec --tty --stdin "$BATS_TEST_TMPDIR/in" "$id" -- cat
+  jq -e '.stdout == "hey\r\nhey\r\n"' <<<"$output"
+  # a person's shell, typed at from a terminal of the test's own
+  run -0 --separate-stderr python3 "$DSEC_SRCDIR/tests/helpers/ptydrive.py" --timeout 120 \
+    --size 91x33 --expect '/ # ' --send 'stty size\n' --expect '\r\n33 91\r\n' \
+    --expect '/ # ' --send 'exit 3\n' -- dsec-vm shell "$id"
+  jq -e '.status == 3 and .restored == true' <<<"$output"
+  dsec-vm trajectory "$id" |
+    jq -se 'map(.request.tty) == [true, true, true] and .[2].request.interactive == true and .[2].result.exit_code == 3'
+}
