@@ -1728,42 +1728,46 @@ static int mask_group(struct sup *s)
   return fd;
 }
 
-static void watch_masks(struct sup *s)
+/* The mask files: an empty read-only file of its own for each masked
+ * path, on a tmpfs of ours mounted over the root's /dev, where init binds
+ * them over /proc's (init's /dev is mounted later, over them).  They are
+ * made whether or not opens of them can be watched: init has no /dev/null
+ * of its own to fall back on at that point, so without them the kernel's
+ * files would stay.  A sandbox whose masks cannot be made is not created.
+ * The container backend watches them (fncall calls mount a /proc of
+ * their own, masked with /dev/null, and are not watched). */
+static int make_masks(struct sup *s, struct dsec_error **err)
 {
   _cleanup_free_ char *root = xasprintf("%s/rootfs", s->e->run);
   _cleanup_close_ int rfd = open(root, O_PATH | O_DIRECTORY | O_CLOEXEC);
   _cleanup_close_ int dev = -1;
   _cleanup_close_ int fs = -1;
   _cleanup_close_ int mnt = -1;
-  _cleanup_error_ struct dsec_error *e = NULL;
+  struct mount_attr ro = { .attr_set = MOUNT_ATTR_RDONLY };
   size_t n = 0;
 
   while (masked_paths[n])
     n++;
-  s->fan_fd = mask_group(s);
-  if (s->fan_fd < 0) {
-    /* EMFILE: fs.fanotify.max_user_groups (128 by default) is used up */
-    s->audit_off = xasprintf("masked: fanotify_init: %s", strerror(errno));
-    goto off;
-  }
-  if (rfd < 0) {
-    s->audit_off = xasprintf("masked: cannot open %s: %s", root, strerror(errno));
-    goto off;
-  }
-  /* a tmpfs of our own over the root's /dev: the mask files are ours,
-   * whatever the image or a checkpoint put there */
-  dev = open_in_root(rfd, "/dev", true, s->base, &e);
-  fs = dev < 0 ? -1 : (int) syscall(SYS_fsopen, "tmpfs", FSOPEN_CLOEXEC);
+  if (rfd < 0)
+    return dsec_fail(err, errno, "cannot open %s", root);
+  /* ours, whatever the image or a checkpoint put at /dev */
+  dev = open_in_root(rfd, "/dev", true, s->base, err);
+  if (dev < 0)
+    return -1;
+  fs = (int) syscall(SYS_fsopen, "tmpfs", FSOPEN_CLOEXEC);
   if (fs < 0 ||
       syscall(SYS_fsconfig, fs, FSCONFIG_SET_STRING, "size", "64k", 0) < 0 ||
       syscall(SYS_fsconfig, fs, FSCONFIG_SET_STRING, "mode", "0755", 0) < 0 ||
       syscall(SYS_fsconfig, fs, FSCONFIG_CMD_CREATE, NULL, NULL, 0) < 0 ||
       (mnt = (int) syscall(SYS_fsmount, fs, FSMOUNT_CLOEXEC,
                            MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV |
-                             MOUNT_ATTR_NOEXEC)) < 0) {
-    s->audit_off = xasprintf("masked: %s", e ? e->msg : strerror(errno));
-    goto off;
-  }
+                             MOUNT_ATTR_NOEXEC)) < 0)
+    return dsec_fail(err, errno, "cannot make the mask files' file system");
+  if (s->fncall)
+    s->audit_off = xstrdup("masked: not recorded by the fncall backend");
+  else if ((s->fan_fd = mask_group(s)) < 0)
+    /* EMFILE: fs.fanotify.max_user_groups (128 by default) is used up */
+    s->audit_off = xasprintf("masked: fanotify_init: %s", strerror(errno));
   s->mask_fh = xzalloc(sizeof *s->mask_fh * (n + 1));
   for (size_t i = 0; i < n; i++) {
     char hbuf[sizeof(struct file_handle) + MAX_HANDLE_SZ]
@@ -1772,40 +1776,30 @@ static void watch_masks(struct sup *s)
     struct stat st;
     char name[32];
     int fd, mnt_id;
-    /* only files are watched (directories get an empty tmpfs) */
+    /* only files (directories get an empty tmpfs) */
     if (lstat(masked_paths[i], &st) < 0 || S_ISDIR(st.st_mode))
       continue;
     snprintf(name, sizeof name, "dsec-mask-%zu", i);
     fd = openat(mnt, name, O_CREAT | O_EXCL | O_WRONLY | O_NOFOLLOW | O_CLOEXEC,
                 0444);
     if (fd < 0)
-      continue;
-    /* the handle its events will carry */
+      return dsec_fail(err, errno, "cannot make the mask file of %s",
+                       masked_paths[i]);
+    /* watched with the handle its events will carry */
     fh->handle_bytes = MAX_HANDLE_SZ;
-    if (name_to_handle_at(fd, "", fh, &mnt_id, AT_EMPTY_PATH) == 0 &&
+    if (s->fan_fd >= 0 &&
+        name_to_handle_at(fd, "", fh, &mnt_id, AT_EMPTY_PATH) == 0 &&
         fanotify_mark(s->fan_fd, FAN_MARK_ADD, FAN_OPEN, fd, NULL) == 0) {
       s->mask_fh[i] = xmalloc(sizeof *fh + fh->handle_bytes);
       memcpy(s->mask_fh[i], fh, sizeof *fh + fh->handle_bytes);
     }
     close(fd);
   }
-  {
-    struct mount_attr ro = { .attr_set = MOUNT_ATTR_RDONLY };
-    if (syscall(SYS_mount_setattr, mnt, "", AT_EMPTY_PATH, &ro, sizeof ro) < 0)
-      goto off_errno;
-  }
-  if (syscall(SYS_move_mount, mnt, "", dev, "",
-              MOVE_MOUNT_F_EMPTY_PATH | MOVE_MOUNT_T_EMPTY_PATH) < 0) {
-  off_errno:
-    s->audit_off = xasprintf("masked: cannot mount the mask files: %s",
-                             strerror(errno));
-    goto off;
-  }
-  return;
-off:
-  if (s->fan_fd >= 0)
-    close(s->fan_fd);
-  s->fan_fd = -1;
+  if (syscall(SYS_mount_setattr, mnt, "", AT_EMPTY_PATH, &ro, sizeof ro) < 0 ||
+      syscall(SYS_move_mount, mnt, "", dev, "",
+              MOVE_MOUNT_F_EMPTY_PATH | MOVE_MOUNT_T_EMPTY_PATH) < 0)
+    return dsec_fail(err, errno, "cannot mount the mask files");
+  return 0;
 }
 
 /* Which masked path an event's file handle names, or NULL. */
@@ -2755,14 +2749,10 @@ _Noreturn void dsec_supervisor_main(struct dsec_container_opts *o)
       start_stage1(s, o->spec, &err) < 0 ||
       root_file_system(s, o, &err) < 0)
     dsec_engine_fail(e, err);
-  /* masked files the sandbox opens are recorded: each gets an empty file
-   * of its own, watched with fanotify (fncall calls mount a /proc without
-   * them) */
-  if (!s->fncall)
-    watch_masks(s);
-  else
-    s->audit_off = xstrdup("masked: not recorded by the fncall backend");
-  if (start_init(s, &err) < 0 || watch_sandbox(s, &err) < 0)
+  /* masked files get an empty file of their own, whose opens are
+   * recorded */
+  if (make_masks(s, &err) < 0 || start_init(s, &err) < 0 ||
+      watch_sandbox(s, &err) < 0)
     dsec_engine_fail(e, err);
   dsec_engine_serve(e, state_fields(s),
                     json_pack("{s:s, s:s, s:O}", "type", "created", "backend",

@@ -303,3 +303,32 @@ flood_cmd() {
   jq -e '.stdout == ""' <<<"$output"
   assert_event "$SB" '.type == "masked" and .path == "/proc/kpagecgroup" and .pid > 0 and .first'
 }
+
+@test "where fanotify_init fails the audit is off, says why, and the masks still hold" {
+  # fanotify_init failing (EMFILE, as a spent fs.fanotify.max_user_groups
+  # gives): the supervisor is dsec-run forked, so a preloaded stand-in
+  # makes it fail there
+  cat >"$BATS_TEST_TMPDIR/nofan.c" <<'C'
+#include <errno.h>
+int fanotify_init(unsigned flags, unsigned event_f_flags)
+{
+  (void) flags, (void) event_f_flags;
+  errno = EMFILE;
+  return -1;
+}
+C
+  gcc -shared -fPIC -o "$BATS_TEST_TMPDIR/nofan.so" "$BATS_TEST_TMPDIR/nofan.c"
+  LD_PRELOAD=$BATS_TEST_TMPDIR/nofan.so sb_create
+  sb_inspect | jq -e '.audit_unavailable == "masked: fanotify_init: Too many open files"'
+  # the files are still the supervisor's empty ones, not the kernel's
+  # (what each gives, in bytes: 0 for an empty file)
+  sb_exec sh -c 'for f in /proc/interrupts /proc/kallsyms /proc/timer_list /proc/kpagecgroup; do
+    [ ! -e "$f" ] || echo "$f $(cat "$f" 2>&1 | wc -c)"; done'
+  jq -e '.stdout | split("\n") | map(select(. != "")) |
+    length > 0 and all(.[]; endswith(" 0"))' <<<"$output" || {
+    echo "masked files that are not empty: $(jq -r .stdout <<<"$output")" >&2
+    false
+  }
+  run -0 --separate-stderr dsec-run events "$SB"
+  jq -e -s 'any(.[]; .type == "masked") | not' <<<"$output"
+}
