@@ -35,6 +35,7 @@
 #include <linux/loop.h>
 #include <linux/mount.h>
 #include <linux/openat2.h>
+#include <malloc.h>
 #include <math.h>
 #include <net/if.h>
 #include <netinet/in.h>
@@ -925,6 +926,9 @@ _Noreturn static void run_init(struct stage1_args *a)
   }
   json_decref(ready);
   json_decref(a->spec);
+  /* an idle sandbox's memory is mostly ours: give back the heap the setup
+   * freed (building the seccomp filters, ~160 KiB) */
+  malloc_trim(0);
   init_loop(&c);
 }
 
@@ -1010,7 +1014,7 @@ struct sup {
   bool rootless;        /* not root: a user namespace of our own, no idmaps */
   int proxy_lfd;        /* proxy mode: the sandbox's 127.0.0.1:3128 */
   int fan_fd;           /* fanotify on the mask files, or -1 */
-  ino_t *mask_ino;      /* inode of each masked_paths entry's file */
+  struct file_handle **mask_fh; /* each masked_paths entry's file, or NULL */
   char *audit_off;      /* why opens of masked files are not recorded */
   json_t *landlock;     /* what Landlock enforces (init's report), or NULL */
   char *landlock_off;   /* why Landlock is not used at all, or NULL */
@@ -1717,83 +1721,181 @@ static void proxy_accept(struct dsec_engine *e, void *p, uint32_t events)
 
 /* ---- opens of masked files */
 
-static void watch_masks(struct sup *s)
+/* The fanotify group that watches the mask files: FAN_OPEN reported with
+ * a file handle (FAN_REPORT_FID), so no descriptor is opened per event.
+ *
+ * fs.fanotify.max_user_groups (128 by default) counts groups per user, and
+ * the kernel charges a group to its creator's effective uid (up the chain
+ * of user namespaces), while what makes a full group (one whose events
+ * name the opener's pid) is CAP_SYS_ADMIN.  One group per sandbox made as
+ * root ran out past ~128 sandboxes (issue 16).  So, as root, for this one
+ * call and on this thread only (the raw syscall: glibc's setresuid would
+ * change every thread), we take the sandbox's own host uid as effective
+ * uid and keep our capabilities: each sandbox's group is charged to its
+ * own uid, 128 each, and its events still carry the opener's pid.  A
+ * change of euid also resets the dumpable flag and the parent-death
+ * signal: both are put back, and a supervisor that cannot become euid 0
+ * with its capabilities again ends.
+ *
+ * Rootless, the user namespace of our own gives no CAP_SYS_ADMIN in the
+ * host's: the group is the kernel's unprivileged kind (Linux 5.13: FID
+ * reports and inode marks only), whose events say pid 0 for every other
+ * process, and all of a user's sandboxes share that user's 128. */
+static int mask_group(struct sup *s)
+{
+  const unsigned flags =
+    FAN_CLASS_NOTIF | FAN_REPORT_FID | FAN_CLOEXEC | FAN_NONBLOCK;
+  struct __user_cap_header_struct h = { _LINUX_CAPABILITY_VERSION_3, 0 };
+  struct __user_cap_data_struct caps[2], raised[2], now[2];
+  int dumpable, sig = 0, fd = -1, saved;
+  uid_t ruid, euid, suid;
+
+  if (s->rootless)
+    return fanotify_init(flags, O_RDONLY | O_CLOEXEC);
+  dumpable = prctl(PR_GET_DUMPABLE, 0, 0, 0, 0);
+  if (dumpable < 0 || prctl(PR_GET_PDEATHSIG, &sig, 0, 0, 0) < 0 ||
+      syscall(SYS_capget, &h, caps) < 0)
+    return -1;
+  memcpy(raised, caps, sizeof raised);
+  raised[0].effective = raised[0].permitted;
+  raised[1].effective = raised[1].permitted;
+  if (syscall(SYS_setresuid, -1, s->base, -1) == 0) {
+    /* leaving euid 0 emptied the effective set: raise it again */
+    if (syscall(SYS_capset, &h, raised) == 0)
+      fd = fanotify_init(flags, O_RDONLY | O_CLOEXEC);
+    saved = errno;
+    /* euid 0 again brings the permitted set back into the effective one */
+    if (syscall(SYS_setresuid, -1, 0, -1) < 0 ||
+        getresuid(&ruid, &euid, &suid) < 0 || euid != 0 ||
+        syscall(SYS_capget, &h, now) < 0 ||
+        now[0].effective != raised[0].effective ||
+        now[1].effective != raised[1].effective ||
+        (caps[0].effective != raised[0].effective &&
+         syscall(SYS_capset, &h, caps) < 0)) {
+      struct dsec_error *err = NULL;
+      dsec_fail(&err, errno, "cannot be root again after making the "
+                             "fanotify group");
+      dsec_engine_fail(s->e, err);
+    }
+    errno = saved;
+  }
+  saved = errno;
+  prctl(PR_SET_DUMPABLE, dumpable, 0, 0, 0);
+  if (sig)
+    prctl(PR_SET_PDEATHSIG, sig, 0, 0, 0);
+  errno = saved;
+  return fd;
+}
+
+/* The mask files: an empty read-only file of its own for each masked
+ * path, on a tmpfs of ours mounted over the root's /dev, where init binds
+ * them over /proc's (init's /dev is mounted later, over them).  They are
+ * made whether or not opens of them can be watched: init has no /dev/null
+ * of its own to fall back on at that point, so without them the kernel's
+ * files would stay.  A sandbox whose masks cannot be made is not created.
+ * The container backend watches them (fncall calls mount a /proc of
+ * their own, masked with /dev/null, and are not watched). */
+static int make_masks(struct sup *s, struct dsec_error **err)
 {
   _cleanup_free_ char *root = xasprintf("%s/rootfs", s->e->run);
   _cleanup_close_ int rfd = open(root, O_PATH | O_DIRECTORY | O_CLOEXEC);
   _cleanup_close_ int dev = -1;
   _cleanup_close_ int fs = -1;
   _cleanup_close_ int mnt = -1;
-  _cleanup_error_ struct dsec_error *e = NULL;
+  struct mount_attr ro = { .attr_set = MOUNT_ATTR_RDONLY };
   size_t n = 0;
 
   while (masked_paths[n])
     n++;
-  s->fan_fd = fanotify_init(FAN_CLASS_NOTIF | FAN_CLOEXEC | FAN_NONBLOCK,
-                            O_RDONLY | O_CLOEXEC);
-  if (s->fan_fd < 0) {
-    /* EMFILE: fs.fanotify.max_user_groups (128 by default) is used up */
-    s->audit_off = xasprintf("masked: fanotify_init: %s", strerror(errno));
-    goto off;
-  }
-  if (rfd < 0) {
-    s->audit_off = xasprintf("masked: cannot open %s: %s", root, strerror(errno));
-    goto off;
-  }
-  /* a tmpfs of our own over the root's /dev: the mask files are ours,
-   * whatever the image or a checkpoint put there */
-  dev = open_in_root(rfd, "/dev", true, s->base, &e);
-  fs = dev < 0 ? -1 : (int) syscall(SYS_fsopen, "tmpfs", FSOPEN_CLOEXEC);
+  if (rfd < 0)
+    return dsec_fail(err, errno, "cannot open %s", root);
+  /* ours, whatever the image or a checkpoint put at /dev */
+  dev = open_in_root(rfd, "/dev", true, s->base, err);
+  if (dev < 0)
+    return -1;
+  fs = (int) syscall(SYS_fsopen, "tmpfs", FSOPEN_CLOEXEC);
   if (fs < 0 ||
       syscall(SYS_fsconfig, fs, FSCONFIG_SET_STRING, "size", "64k", 0) < 0 ||
       syscall(SYS_fsconfig, fs, FSCONFIG_SET_STRING, "mode", "0755", 0) < 0 ||
       syscall(SYS_fsconfig, fs, FSCONFIG_CMD_CREATE, NULL, NULL, 0) < 0 ||
       (mnt = (int) syscall(SYS_fsmount, fs, FSMOUNT_CLOEXEC,
                            MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV |
-                             MOUNT_ATTR_NOEXEC)) < 0) {
-    s->audit_off = xasprintf("masked: %s", e ? e->msg : strerror(errno));
-    goto off;
-  }
-  s->mask_ino = xzalloc(sizeof *s->mask_ino * (n + 1));
-  {
-    for (size_t i = 0; i < n; i++) {
-      struct stat st;
-      char name[32];
-      int fd;
-      /* only files are watched (directories get an empty tmpfs) */
-      if (lstat(masked_paths[i], &st) < 0 || S_ISDIR(st.st_mode))
-        continue;
-      snprintf(name, sizeof name, "dsec-mask-%zu", i);
-      fd = openat(mnt, name, O_CREAT | O_EXCL | O_WRONLY | O_NOFOLLOW | O_CLOEXEC,
-                  0444);
-      if (fd < 0)
-        continue;
-      if (fstat(fd, &st) == 0 &&
-          fanotify_mark(s->fan_fd, FAN_MARK_ADD, FAN_OPEN, fd, NULL) == 0)
-        s->mask_ino[i] = st.st_ino;
-      close(fd);
+                             MOUNT_ATTR_NOEXEC)) < 0)
+    return dsec_fail(err, errno, "cannot make the mask files' file system");
+  if (s->fncall)
+    s->audit_off = xstrdup("masked: not recorded by the fncall backend");
+  else if ((s->fan_fd = mask_group(s)) < 0)
+    /* EMFILE: fs.fanotify.max_user_groups (128 by default) is used up */
+    s->audit_off = xasprintf("masked: fanotify_init: %s", strerror(errno));
+  s->mask_fh = xzalloc(sizeof *s->mask_fh * (n + 1));
+  for (size_t i = 0; i < n; i++) {
+    char hbuf[sizeof(struct file_handle) + MAX_HANDLE_SZ]
+      __attribute__((aligned(__alignof__(struct file_handle))));
+    struct file_handle *fh = (struct file_handle *) hbuf;
+    struct stat st;
+    char name[32];
+    int fd, mnt_id;
+    /* only files (directories get an empty tmpfs) */
+    if (lstat(masked_paths[i], &st) < 0 || S_ISDIR(st.st_mode))
+      continue;
+    snprintf(name, sizeof name, "dsec-mask-%zu", i);
+    fd = openat(mnt, name, O_CREAT | O_EXCL | O_WRONLY | O_NOFOLLOW | O_CLOEXEC,
+                0444);
+    if (fd < 0)
+      return dsec_fail(err, errno, "cannot make the mask file of %s",
+                       masked_paths[i]);
+    /* watched with the handle its events will carry */
+    fh->handle_bytes = MAX_HANDLE_SZ;
+    if (s->fan_fd >= 0 &&
+        name_to_handle_at(fd, "", fh, &mnt_id, AT_EMPTY_PATH) == 0 &&
+        fanotify_mark(s->fan_fd, FAN_MARK_ADD, FAN_OPEN, fd, NULL) == 0) {
+      s->mask_fh[i] = xmalloc(sizeof *fh + fh->handle_bytes);
+      memcpy(s->mask_fh[i], fh, sizeof *fh + fh->handle_bytes);
     }
+    close(fd);
   }
-  {
-    struct mount_attr ro = { .attr_set = MOUNT_ATTR_RDONLY };
-    if (syscall(SYS_mount_setattr, mnt, "", AT_EMPTY_PATH, &ro, sizeof ro) < 0)
-      goto off_errno;
-  }
-  if (syscall(SYS_move_mount, mnt, "", dev, "",
-              MOVE_MOUNT_F_EMPTY_PATH | MOVE_MOUNT_T_EMPTY_PATH) < 0) {
-  off_errno:
-    s->audit_off = xasprintf("masked: cannot mount the mask files: %s",
-                             strerror(errno));
-    goto off;
-  }
-  return;
-off:
-  if (s->fan_fd >= 0)
-    close(s->fan_fd);
-  s->fan_fd = -1;
+  if (syscall(SYS_mount_setattr, mnt, "", AT_EMPTY_PATH, &ro, sizeof ro) < 0 ||
+      syscall(SYS_move_mount, mnt, "", dev, "",
+              MOVE_MOUNT_F_EMPTY_PATH | MOVE_MOUNT_T_EMPTY_PATH) < 0)
+    return dsec_fail(err, errno, "cannot mount the mask files");
+  return 0;
 }
 
-/* An open of a masked file: recorded with the denials' rate limit. */
+/* Which masked path an event's file handle names, or NULL. */
+static const char *mask_of_event(struct sup *s,
+                                 const struct fanotify_event_metadata *m)
+{
+  const char *p = (const char *) m + m->metadata_len;
+  const char *end = (const char *) m + m->event_len;
+  struct fanotify_event_info_header h;
+
+  for (; p + sizeof h <= end; p += h.len) {
+    struct file_handle fh;
+    const char *bytes;
+    memcpy(&h, p, sizeof h);
+    if (h.len < sizeof h || h.len > (size_t) (end - p))
+      return NULL;
+    if (h.info_type != FAN_EVENT_INFO_TYPE_FID ||
+        h.len < sizeof(struct fanotify_event_info_fid) + sizeof fh)
+      continue;
+    memcpy(&fh, p + sizeof(struct fanotify_event_info_fid), sizeof fh);
+    bytes = p + sizeof(struct fanotify_event_info_fid) + sizeof fh;
+    if (fh.handle_bytes > (size_t) (p + h.len - bytes))
+      continue;
+    for (size_t i = 0; masked_paths[i]; i++) {
+      const struct file_handle *want = s->mask_fh[i];
+      if (want && want->handle_type == fh.handle_type &&
+          want->handle_bytes == fh.handle_bytes &&
+          memcmp(want->f_handle, bytes, fh.handle_bytes) == 0)
+        return masked_paths[i];
+    }
+  }
+  return NULL;
+}
+
+/* An open of a masked file: recorded with the denials' rate limit.  pid
+ * is the opener's as the host numbers it, or null where the kernel does
+ * not say (rootless: an unprivileged group's events carry pid 0). */
 static void masks_opened(struct dsec_engine *e, void *p, uint32_t events)
 {
   struct sup *s = e->b;
@@ -1806,23 +1908,20 @@ static void masks_opened(struct dsec_engine *e, void *p, uint32_t events)
       return;
     for (m = (struct fanotify_event_metadata *) buf; FAN_EVENT_OK(m, n);
          m = FAN_EVENT_NEXT(m, n)) {
-      struct stat st;
-      const char *path = NULL;
-      if (m->fd >= 0 && fstat(m->fd, &st) == 0)
-        for (size_t i = 0; masked_paths[i]; i++)
-          if (s->mask_ino[i] && s->mask_ino[i] == st.st_ino)
-            path = masked_paths[i];
+      const char *path = mask_of_event(s, m);
       if (m->fd >= 0)
         close(m->fd);
       if (!path)
         continue;
       if (dsec_audit_is_new(s->e->audit, DSEC_AUDIT_MASKED, path, strlen(path)))
-        dsec_engine_event_first(s->e, json_pack("{s:s, s:s, s:i}", "type", "masked",
-                                     "path", path, "pid", (int) m->pid),
+        dsec_engine_event_first(s->e, json_pack("{s:s, s:s, s:o}", "type", "masked",
+                                     "path", path, "pid",
+                                     m->pid > 0 ? json_integer(m->pid) : json_null()),
                         DSEC_AUDIT_MASKED, path, strlen(path));
       else if (denial_admit(s))
-        dsec_engine_event(s->e, json_pack("{s:s, s:s, s:i}", "type", "masked", "path",
-                               path, "pid", (int) m->pid));
+        dsec_engine_event(s->e, json_pack("{s:s, s:s, s:o}", "type", "masked", "path",
+                               path, "pid",
+                               m->pid > 0 ? json_integer(m->pid) : json_null()));
     }
   }
 }
@@ -2693,6 +2792,9 @@ _Noreturn void dsec_supervisor_main(struct dsec_container_opts *o)
   struct sup sv = { 0 }, *s = &sv;
   struct dsec_error *err = NULL;
 
+  /* one malloc arena: the threads (cgroup attach, the proxy's) are few
+   * and brief, and an arena each is memory every sandbox pays for */
+  mallopt(M_ARENA_MAX, 1);
   s->e = e;
   s->isock = s->proxy_lfd = s->fan_fd = -1;
   s->msgbuf = xmalloc(MSG_MAX);
@@ -2709,17 +2811,13 @@ _Noreturn void dsec_supervisor_main(struct dsec_container_opts *o)
       start_stage1(s, o->spec, &err) < 0 ||
       root_file_system(s, o, &err) < 0)
     dsec_engine_fail(e, err);
-  /* masked files the sandbox opens are recorded: each gets an empty file
-   * of its own, watched with fanotify (root only; fncall calls mount a
-   * /proc without them) */
-  if (!s->rootless && !s->fncall)
-    watch_masks(s);
-  else
-    s->audit_off = xasprintf("masked: not recorded %s",
-                             s->rootless ? "rootless (fanotify needs root)"
-                                         : "by the fncall backend");
-  if (start_init(s, &err) < 0 || watch_sandbox(s, &err) < 0)
+  /* masked files get an empty file of their own, whose opens are
+   * recorded */
+  if (make_masks(s, &err) < 0 || start_init(s, &err) < 0 ||
+      watch_sandbox(s, &err) < 0)
     dsec_engine_fail(e, err);
+  /* what the creation freed goes back before the sandbox idles */
+  malloc_trim(0);
   dsec_engine_serve(e, state_fields(s),
                     json_pack("{s:s, s:s, s:O}", "type", "created", "backend",
                               dsec_backend_name(e->spec->backend), "labels",

@@ -82,3 +82,19 @@ as_nobody() {
   jq -e '.stdout | split("\n")[0] | tonumber <= 5' <<<"$output"
   jq -e '.stdout | test("rc=[1-9]")' <<<"$output"
 }
+
+@test "rootless: opens of masked files are recorded, without the opener's pid" {
+  # an unprivileged fanotify group (FAN_REPORT_FID, inode marks): the
+  # kernel gives it no pid of other processes
+  run -0 --separate-stderr as_nobody dsec-pull --name bb:1 "tar:$RL/busybox.tar.gz"
+  run -0 --separate-stderr as_nobody dsec-run create --image bb:1
+  local id
+  id=$(jq -r .id <<<"$output")
+  jq -e 'has("audit_unavailable") | not' <<<"$output"
+  run -0 --separate-stderr as_nobody dsec-run exec "$id" -- cat /proc/kpagecgroup /proc/timer_list
+  jq -e '.exit_code == 0 and .stdout == ""' <<<"$output"
+  run -0 --separate-stderr as_nobody dsec-run events "$id"
+  jq -e -s 'any(.[]; .type == "masked" and .path == "/proc/kpagecgroup" and .pid == null)
+    and any(.[]; .type == "masked" and .path == "/proc/timer_list" and .first)' <<<"$output"
+  run -0 --separate-stderr as_nobody dsec-run rm "$id"
+}

@@ -266,3 +266,69 @@ flood_cmd() {
   jq -e '.stdout_bytes == 100000 and .stderr_bytes == 50000 and .truncated == true
     and (.stdout | length) == 1000' "$BATS_TEST_TMPDIR/result.json"
 }
+
+# --- the masked-file audit at density --------------------------------------------
+
+@test "past fs.fanotify.max_user_groups sandboxes, the last one still records opens of masked files" {
+  # each sandbox's fanotify group is charged to its own host uid, not to
+  # root's 128 groups (issue 16): 140 sandboxes alive at once, all with
+  # the audit on, and the last one's open of /proc/kpagecgroup recorded
+  local n=140 max dir=$BATS_TEST_TMPDIR/many i b last
+  max=$(cat /proc/sys/fs/fanotify/max_user_groups)
+  [ "$max" -lt "$n" ] || skip "fs.fanotify.max_user_groups is $max: $n sandboxes do not pass it"
+  mkdir "$dir"
+  for ((b = 0; b < n; b += 4)); do
+    for ((i = b; i < b + 4 && i < n; i++)); do
+      dsec-run create --image busybox --memory 16 >"$dir/$i.out" 2>"$dir/$i.err" 3>&- &
+    done
+    wait
+    # teardown removes whatever was created, even if a later step fails
+    for ((i = b; i < b + 4 && i < n; i++)); do
+      jq -r '.id // empty' "$dir/$i.out" >>"$BATS_TEST_TMPDIR/sandboxes"
+    done
+  done
+  [ "$(sort -u "$BATS_TEST_TMPDIR/sandboxes" | wc -l)" -eq "$n" ] || {
+    cat "$dir"/*.err | sort | uniq -c >&2
+    false
+  }
+  run -0 --separate-stderr dsec-run ps
+  jq -e -s --argjson n "$n" 'length == $n and all(.[]; .state == "running")' <<<"$output"
+  jq -e -s 'all(.[]; has("audit_unavailable") | not)' <<<"$output" || {
+    jq -c -s 'map(.audit_unavailable) | group_by(.) | map([length, .[0]])' <<<"$output" >&2
+    false
+  }
+  SB=$(jq -r .id "$dir/$((n - 1)).out")
+  sb_inspect | jq -e 'has("audit_unavailable") | not'
+  sb_exec cat /proc/kpagecgroup
+  jq -e '.stdout == ""' <<<"$output"
+  assert_event "$SB" '.type == "masked" and .path == "/proc/kpagecgroup" and .pid > 0 and .first'
+}
+
+@test "where fanotify_init fails the audit is off, says why, and the masks still hold" {
+  # fanotify_init failing (EMFILE, as a spent fs.fanotify.max_user_groups
+  # gives): the supervisor is dsec-run forked, so a preloaded stand-in
+  # makes it fail there
+  cat >"$BATS_TEST_TMPDIR/nofan.c" <<'C'
+#include <errno.h>
+int fanotify_init(unsigned flags, unsigned event_f_flags)
+{
+  (void) flags, (void) event_f_flags;
+  errno = EMFILE;
+  return -1;
+}
+C
+  gcc -shared -fPIC -o "$BATS_TEST_TMPDIR/nofan.so" "$BATS_TEST_TMPDIR/nofan.c"
+  LD_PRELOAD=$BATS_TEST_TMPDIR/nofan.so sb_create
+  sb_inspect | jq -e '.audit_unavailable == "masked: fanotify_init: Too many open files"'
+  # the files are still the supervisor's empty ones, not the kernel's
+  # (what each gives, in bytes: 0 for an empty file)
+  sb_exec sh -c 'for f in /proc/interrupts /proc/kallsyms /proc/timer_list /proc/kpagecgroup; do
+    [ ! -e "$f" ] || echo "$f $(cat "$f" 2>&1 | wc -c)"; done'
+  jq -e '.stdout | split("\n") | map(select(. != "")) |
+    length > 0 and all(.[]; endswith(" 0"))' <<<"$output" || {
+    echo "masked files that are not empty: $(jq -r .stdout <<<"$output")" >&2
+    false
+  }
+  run -0 --separate-stderr dsec-run events "$SB"
+  jq -e -s 'any(.[]; .type == "masked") | not' <<<"$output"
+}
