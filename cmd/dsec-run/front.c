@@ -674,7 +674,8 @@ static json_t *sandbox_record(const char *id, json_t *st)
                                       "init_pid", "supervisor_pid",
                                       "audit_unavailable",
                                       "landlock_unavailable", "accelerator",
-                                      "kernel", NULL };
+                                      "kernel", "layer_format",
+                                      "erofs_unavailable", NULL };
   json_t *why = json_object_get(json_object_get(st, "cgroup"), "unavailable");
   for (const char *const *k = keys; *k; k++) {
     json_t *v = json_object_get(st, *k);
