@@ -27,6 +27,7 @@ teardown() {
   for id in $ids; do
     ! ls -d /sys/fs/cgroup/*/dsec/"$id" 2>/dev/null
   done
+  layer_mounts_clean
   rm -rf "$DSEC_RUN"
 }
 
