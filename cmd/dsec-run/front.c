@@ -1031,11 +1031,13 @@ static int create_sandbox(json_t *spec_in, const char *reuse_id,
       _exit(1);
     /* and the layers' mounts 4, 5, ... (first out of that range) */
     for (size_t i = 0; layer_fds && i < n_layers; i++)
-      if ((layer_fds[i] = fcntl(layer_fds[i], F_DUPFD_CLOEXEC,
+      if (layer_fds[i] >= 0 &&
+          (layer_fds[i] = fcntl(layer_fds[i], F_DUPFD_CLOEXEC,
                                 4 + (int) n_layers)) < 0)
         _exit(1);
     for (size_t i = 0; layer_fds && i < n_layers; i++)
-      if ((layer_fds[i] = dup3(layer_fds[i], 4 + (int) i, O_CLOEXEC)) < 0)
+      if (layer_fds[i] >= 0 &&
+          (layer_fds[i] = dup3(layer_fds[i], 4 + (int) i, O_CLOEXEC)) < 0)
         _exit(1);
     syscall(SYS_close_range, 4U + (unsigned) (layer_fds ? n_layers : 0), ~0U,
             0U);
