@@ -26,6 +26,8 @@ teardown() {
       sandbox) dsec-run rm --force "$what" >/dev/null 2>&1 || true ;;
     esac
   done <"$T/cleanup"
+  # the host's mounts of layers the sandboxes used (dsec-reap's to undo)
+  layer_mounts_clean
 }
 
 # dg N: a valid digest made from the number N.

@@ -33,10 +33,29 @@ setup() {
   run_setup
   BB=$(jq -r '.layers[0].digest' <<<"$(dsec-layer inspect busybox:1)")
   BBHEX=${BB#sha256:}
+  NODES=()
 }
 
 teardown() {
+  local node ids
+  # the other nodes' sandboxes and layer mounts (tests that make nodes)
+  for node in "${NODES[@]}"; do
+    ids=$(DSEC_ROOT=$node/root DSEC_RUN=$node/run dsec-run ps --all 2>/dev/null | jq -r .id)
+    # shellcheck disable=SC2086
+    [ -z "$ids" ] || DSEC_ROOT=$node/root DSEC_RUN=$node/run dsec-run rm --force $ids >/dev/null
+    echo "$ids" >>"$SB_IDS"
+    DSEC_ROOT=$node/root layer_mounts_clean "$node/run"
+  done
   sb_teardown
+}
+
+# node VAR NAME: a node of this host, its own DSEC_ROOT and DSEC_RUN
+# (VAR gets the assignments, for env), sharing the test's DSEC_STORE
+node() {
+  local d=$DSEC_FILE_RUN/$BATS_TEST_NUMBER-$2
+  mkdir -p -m 711 "$d"
+  NODES+=("$d")
+  printf -v "$1" '%s' "DSEC_ROOT=$d/root DSEC_RUN=$d/run"
 }
 
 # host_mounts HEX: how many times this host has layer HEX mounted.
@@ -261,4 +280,55 @@ PY
   echo "$(jq -r .id <<<"$output")" >>"$SB_IDS"
   [ "$(stat -c %a "$(store_dir)/layers/$hex/rootfs/usr/bin/su")" = 755 ]
   [ -z "$(find "$DSEC_ROOT" -xdev \( -perm /6000 -o -type b -o -type c \) -print)" ]
+}
+
+@test "nodes sharing one store (DSEC_STORE): a layer converted once is mounted by every node from the shared file, nothing written to the store" {
+  local store=$BATS_TEST_TMPDIR/shared-store n1 n2 before a b hex
+  export DSEC_STORE=$store
+  node n1 n1
+  node n2 n2
+  # n1 pulls, converting each layer once for the store
+  env $n1 dsec-pull --name bb:1 "tar:$(busybox_tar)" >/dev/null
+  hex=$(env $n1 dsec-layer inspect bb:1 | jq -r '.layers[0].digest | ltrimstr("sha256:")')
+  [ -f "$store/layers/$hex/layer.erofs" ]
+  before=$(cd "$store" && find . -printf '%p %s %T@\n' | sort | sha256sum)
+  # each node mounts it from the shared file, under its own DSEC_RUN
+  a=$(env $n1 dsec-run create --image bb:1 | jq -r .id)
+  b=$(env $n2 dsec-run create --image bb:1 | jq -r .id)
+  env $n2 dsec-run inspect "$b" | jq -e '.layer_format == "erofs"'
+  for n in n1 n2; do
+    awk -v p="$DSEC_FILE_RUN/$BATS_TEST_NUMBER-$n/run/layers/$hex/mnt" -v i="$store/layers/$hex/layer.erofs" \
+      '$2 == p && $1 == i { ok = 1 } END { exit !ok }' /proc/self/mounts
+  done
+  run -0 --separate-stderr env $n2 dsec-run exec "$b" -- cat /etc/hostname
+  jq_ok '.stdout == "dsec\n"'
+  # the store is as it was: not a byte, not a file, not a time changed
+  [ "$(cd "$store" && find . -printf '%p %s %T@\n' | sort | sha256sum)" = "$before" ]
+  # one node's reaper unmounts its own mount, never the other's
+  env $n1 dsec-run rm --force "$a" >/dev/null
+  env $n1 dsec-reap | jq -se '[.[] | select(.what == "layer_mount")] | length == 1'
+  [ -z "$(awk -v r="$DSEC_FILE_RUN/$BATS_TEST_NUMBER-n1/run/layers" 'index($2, r) == 1' /proc/self/mounts)" ]
+  env $n2 dsec-reap | jq -se '[.[] | select(.what == "layer_mount")] | length == 0'
+  run -0 --separate-stderr env $n2 dsec-run exec "$b" -- cat /etc/hostname
+  jq_ok '.stdout == "dsec\n"'
+}
+
+@test "nodes sharing one store: two first sandboxes of a layer without an image at once make one image, both run from it" {
+  local store=$BATS_TEST_TMPDIR/shared-store n1 n2 hex p1 p2
+  export DSEC_STORE=$store
+  node n1 n1
+  node n2 n2
+  DSEC_LAYER_FORMAT=dir env $n1 dsec-pull --name bb:1 "tar:$(busybox_tar)" >/dev/null
+  hex=$(env $n1 dsec-layer inspect bb:1 | jq -r '.layers[0].digest | ltrimstr("sha256:")')
+  [ ! -e "$store/layers/$hex/layer.erofs" ]
+  env $n1 dsec-run create --image bb:1 >"$BATS_TEST_TMPDIR/c1" &
+  p1=$!
+  env $n2 dsec-run create --image bb:1 >"$BATS_TEST_TMPDIR/c2" &
+  p2=$!
+  wait "$p1"
+  wait "$p2"
+  jq -e '.layer_format == "erofs"' "$BATS_TEST_TMPDIR/c1"
+  jq -e '.layer_format == "erofs"' "$BATS_TEST_TMPDIR/c2"
+  [ "$(find "$store/layers/$hex" -name 'layer.erofs*' | sort | xargs -n1 basename | tr '\n' ' ')" = "layer.erofs layer.erofs.json " ]
+  [ -z "$(find "$store" -name '*.tmp-*')" ]
 }
