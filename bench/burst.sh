@@ -132,9 +132,10 @@ PY
 BASE=$CACHE/base.tar
 if [[ ! -s $BASE ]]; then
   log "mmdebstrap --variant=minbase --include=$PKGS bookworm (a few minutes)"
+  # (mmdebstrap writes a tarball for a name ending in .tar)
   mmdebstrap --quiet --variant=minbase --include="$PKGS" --mode=root bookworm \
-    "$BASE.tmp" >&2
-  mv "$BASE.tmp" "$BASE"
+    "$CACHE/base.tmp.tar" >&2
+  mv "$CACHE/base.tmp.tar" "$BASE"
 fi
 if [[ ! -s $BASE.gz ]]; then
   gzip -c "$BASE" >"$BASE.gz.tmp"
