@@ -332,3 +332,75 @@ PY
   [ "$(find "$store/layers/$hex" -name 'layer.erofs*' | sort | xargs -n1 basename | tr '\n' ' ')" = "layer.erofs layer.erofs.json " ]
   [ -z "$(find "$store" -name '*.tmp-*')" ]
 }
+
+# The store on a FUSE-mounted distributed file system: GlusterFS from
+# Debian's archive, one brick, served and mounted inside a network
+# namespace of the test's own (glusterd refuses loopback addresses for a
+# brick: the namespace's lo gets one of a private range, which no packet
+# leaves).  Skipped without glusterfs-server, or when a glusterd runs
+# already (the host's own: not ours to touch).
+@test "a store on GlusterFS (FUSE): two nodes mount a layer's EROFS image from it, idmapped, extracting nothing" {
+  command -v glusterd >/dev/null && command -v gluster >/dev/null ||
+    skip "needs glusterfs-server and glusterfs-client"
+  ! pgrep -x glusterd >/dev/null || skip "a glusterd runs on this host already"
+  local ns=dsec-gl-$$ d=$DSEC_FILE_RUN/$BATS_TEST_NUMBER-gl
+  mkdir -p -m 711 "$d"
+  ip netns add "$ns"
+  ip -n "$ns" link set lo up
+  ip -n "$ns" addr add 10.254.77.1/32 dev lo
+  run --separate-stderr timeout 300 ip netns exec "$ns" bash -s "$d" "$(busybox_tar)" <<'SH'
+set -u
+d=$1 tar=$2 vol=dsec$$ gpid=
+cleanup() {
+  for n in n1 n2; do
+    DSEC_ROOT=$d/$n/root DSEC_RUN=$d/$n/run dsec-run ps --all 2>/dev/null |
+      jq -r .id | xargs -r env DSEC_ROOT=$d/$n/root DSEC_RUN=$d/$n/run dsec-run rm --force >/dev/null 2>&1
+    awk -v r="$d/$n/run/layers" 'index($2, r) == 1 { print $2 }' /proc/self/mounts |
+      sort -r | xargs -r -n1 umount -l
+  done
+  umount -l "$d/mnt" 2>/dev/null
+  gluster --mode=script volume stop "$vol" force >/dev/null 2>&1
+  gluster --mode=script volume delete "$vol" >/dev/null 2>&1
+  [ -z "$gpid" ] || kill "$gpid" 2>/dev/null
+  # the brick's and the client's processes, started for this volume
+  for p in $(pgrep -f "glusterfs.*$vol"); do kill "$p" 2>/dev/null; done
+}
+trap cleanup EXIT
+mkdir -p "$d/brick" "$d/mnt"
+glusterd -N --log-file="$d/glusterd.log" >/dev/null 2>&1 &
+gpid=$!
+for _ in $(seq 50); do gluster --mode=script volume list >/dev/null 2>&1 && break; sleep 0.2; done
+gluster --mode=script volume create "$vol" "10.254.77.1:$d/brick" force >&2 &&
+  gluster --mode=script volume start "$vol" >&2 &&
+  mount -t glusterfs "10.254.77.1:/$vol" "$d/mnt" || exit 99
+export DSEC_STORE=$d/mnt/store
+DSEC_ROOT=$d/n1/root DSEC_RUN=$d/n1/run dsec-pull --name bb:1 "tar:$tar" |
+  jq -c '{pulled: [.layers[].erofs]}'
+hex=$(DSEC_ROOT=$d/n1/root dsec-layer inspect bb:1 | jq -r '.layers[0].digest | ltrimstr("sha256:")')
+sync
+before=$(awk '{ print $7 }' /sys/class/block/"$(findmnt -no SOURCE -T "$d" | sed 's|/dev/||')"/stat 2>/dev/null)
+for n in n1 n2; do
+  export DSEC_ROOT=$d/$n/root DSEC_RUN=$d/$n/run
+  id=$(dsec-run create --image bb:1 | jq -r .id)
+  dsec-run inspect "$id" | jq -c '{node: "'$n'", layer_format, erofs_backing}'
+  dsec-run exec "$id" -- sh -c 'stat -c "%u %a" /bin/busybox; cat /etc/hostname' |
+    jq -c '{node: "'$n'", stdout}'
+  awk -v p="$d/$n/run/layers/$hex/mnt" -v i="$d/mnt/store/layers/$hex/layer.erofs" \
+    '$2 == p && $1 == i && $3 == "erofs" { print "{\"mounted_from_gluster\":\"'$n'\"}" }' /proc/self/mounts
+done
+sync
+after=$(awk '{ print $7 }' /sys/class/block/"$(findmnt -no SOURCE -T "$d" | sed 's|/dev/||')"/stat 2>/dev/null)
+# (the local disk is shared with whatever else runs: reported, not judged)
+echo "{\"local_sectors_written\":$(( ${after:-0} - ${before:-0} ))}"
+SH
+  ip netns del "$ns"
+  sed "s/^/# /" <<<"$output" >&3
+  [ "$status" -eq 0 ]
+  jq -se 'map(select(.pulled)) == [{pulled: [true]}]' <<<"$output"
+  jq -se '[.[] | select(.layer_format)] == [
+    {node: "n1", layer_format: "erofs", erofs_backing: "file"},
+    {node: "n2", layer_format: "erofs", erofs_backing: "file"}]' <<<"$output"
+  jq -se '[.[] | select(.stdout) | .stdout] == ["0 755\ndsec\n", "0 755\ndsec\n"]' <<<"$output"
+  jq -se '[.[] | .mounted_from_gluster // empty] == ["n1", "n2"]' <<<"$output"
+  [ -z "$(awk -v r="$d" 'index($2, r) == 1' /proc/self/mounts)" ]
+}
