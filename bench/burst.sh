@@ -96,7 +96,7 @@ now_us() { local t=${EPOCHREALTIME/./}; echo "$t"; }
 DEV=$(findmnt -no SOURCE -T "$CACHE" | sed 's|^/dev/||; s|\[.*||')
 DEV_STAT=/sys/class/block/$DEV/stat
 [[ -r $DEV_STAT ]] || DEV_STAT=
-dev_bytes() { [[ -n $DEV_STAT ]] && awk '{ print $7 * 512 }' "$DEV_STAT" || echo 0; }
+dev_bytes() { [[ -n $DEV_STAT ]] && awk '{ printf("%.0f\n", $7 * 512) }' "$DEV_STAT" || echo 0; }
 
 # io CMD...: runs CMD (stdout to $WORK/io.out) in a child bash; prints the
 # net data bytes it and its reaped descendants wrote (write_bytes minus
