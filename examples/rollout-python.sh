@@ -9,8 +9,9 @@ here=$(cd "$(dirname "$0")" && pwd)
 tmp=$(mktemp -d)
 chmod 711 "$tmp"
 export DSEC_ROOT="$tmp/root" DSEC_RUN="$tmp/run" DSEC_STORE="$tmp/root/store"
-# whatever happens, no sandbox of ours is left
-trap 'dsec-run ps --all 2>/dev/null | jq -r .id | xargs -r dsec-run rm --force >/dev/null 2>&1 || true; rm -rf "$tmp"' EXIT
+# whatever happens, no sandbox of ours is left, nor this host's mounts of
+# their layers (dsec-reap unmounts those no sandbox uses)
+trap 'dsec-run ps --all 2>/dev/null | jq -r .id | xargs -r dsec-run rm --force >/dev/null 2>&1 || true; dsec-reap >/dev/null 2>&1 || true; rm -rf "$tmp"' EXIT
 "$here/mkrootfs-busybox.sh" "$tmp/busybox.tar.gz"
 dsec-pull --name busybox:rollout "tar:$tmp/busybox.tar.gz" >/dev/null
 

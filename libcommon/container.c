@@ -73,6 +73,7 @@
 #include "guest.h"
 #include "idrange.h"
 #include "landlock.h"
+#include "layermount.h"
 #include "log.h"
 #include "process.h"
 #include "proxy.h"
@@ -2416,8 +2417,14 @@ static int mount_rootfs(struct sup *s, struct dsec_container_opts *o,
 
     if (dsec_mkdir_p(AT_FDCWD, dst, 0700, err) < 0)
       return -1;
-    t = (int) syscall(SYS_open_tree, AT_FDCWD, o->layers[i],
-                      OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC);
+    if (o->layer_fds && o->layer_fds[i] >= 0) {
+      /* the creator's clone of the host's mount of the layer's EROFS
+       * image: this sandbox's own from now on */
+      t = o->layer_fds[i];
+      o->layer_fds[i] = -1;
+    } else
+      t = (int) syscall(SYS_open_tree, AT_FDCWD, o->layers[i],
+                        OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC);
     if (t < 0)
       return dsec_fail(err, errno, "cannot open layer %s", o->layers[i]);
     if (syscall(SYS_mount_setattr, t, "", AT_EMPTY_PATH, &attr, sizeof attr) < 0)
@@ -2431,6 +2438,12 @@ static int mount_rootfs(struct sup *s, struct dsec_container_opts *o,
     nl = xasprintf("lower/%zu%s%s", i, *lowers ? ":" : "", lowers);
     free(lowers);
     lowers = nl;
+  }
+  {
+    /* our copy of the host's layer mounts (made when we unshared) would
+     * keep every layer mounted then alive as long as this sandbox */
+    _cleanup_free_ char *top = dsec_run_dir();
+    dsec_layer_mounts_detach(top);
   }
   if (o->n_layers == 1 || s->fncall) {
     /* overlay wants two lower layers when there is no upper: an empty one */
@@ -2786,6 +2799,17 @@ static json_t *state_fields(struct sup *s)
   return f;
 }
 
+/* How the layers are mounted, from the environment the creator made:
+ * "layer_format" erofs or dir, and with dir why not erofs. */
+static void layer_fields(json_t *f, json_t *env)
+{
+  static const char *const keys[] = { "layer_format", "erofs_unavailable",
+                                      "erofs_backing" };
+  for (size_t i = 0; i < ARRAY_SIZE(keys); i++)
+    if (json_object_get(env, keys[i]))
+      json_object_set(f, keys[i], json_object_get(env, keys[i]));
+}
+
 _Noreturn void dsec_supervisor_main(struct dsec_container_opts *o)
 {
   struct dsec_engine engine, *e = &engine;
@@ -2818,8 +2842,12 @@ _Noreturn void dsec_supervisor_main(struct dsec_container_opts *o)
     dsec_engine_fail(e, err);
   /* what the creation freed goes back before the sandbox idles */
   malloc_trim(0);
-  dsec_engine_serve(e, state_fields(s),
-                    json_pack("{s:s, s:s, s:O}", "type", "created", "backend",
-                              dsec_backend_name(e->spec->backend), "labels",
-                              e->spec->labels));
+  {
+    json_t *f = state_fields(s);
+    layer_fields(f, o->environment);
+    dsec_engine_serve(e, f,
+                      json_pack("{s:s, s:s, s:O}", "type", "created",
+                                "backend", dsec_backend_name(e->spec->backend),
+                                "labels", e->spec->labels));
+  }
 }

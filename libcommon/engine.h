@@ -47,6 +47,9 @@ struct dsec_container_opts {
   char **layers;       /* materialised layers (directories or EROFS images),
                         * bottom to top */
   size_t n_layers;
+  /* container, fncall: the layers' EROFS images as detached mounts
+   * (layermount.h), n_layers of them, or NULL: layers are directories */
+  int *layer_fds;
   int ready_fd;        /* the supervisor writes one JSON line here */
   /* microvm and vm */
   const char *restore;   /* a memory snapshot to restore instead of booting */

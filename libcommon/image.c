@@ -191,6 +191,16 @@ static int write_layer_meta(struct dsec_store *s,
                   "entries", (json_int_t) st->entries, "compression",
                   st->compression, "keep_setuid", p->keep_setuid, "created",
                   now);
+  /* kept in the blob: acted on when the layer is materialised (setuid
+   * and capabilities only inside EROFS images, device nodes never) */
+  json_object_set_new(rec, "setuid_files",
+                      json_integer((json_int_t) st->setuid_files));
+  json_object_set_new(rec, "setgid_files",
+                      json_integer((json_int_t) st->setgid_files));
+  json_object_set_new(rec, "capability_files",
+                      json_integer((json_int_t) st->capability_files));
+  json_object_set_new(rec, "device_nodes",
+                      json_integer((json_int_t) st->device_nodes));
   text = json_dumps(rec, JSON_COMPACT);
   ret = dsec_write_file_atomic(dfd, "meta.json", text, strlen(text), 0644,
                                err);
@@ -402,6 +412,9 @@ int dsec_image_commit(struct dsec_store *s, const char *manifest, size_t mlen,
   _cleanup_free_ char *now = dsec_time_rfc3339();
   json_t *layers;
   const char *os, *arch;
+  static const char *const kept[] = { "setuid_files", "setgid_files",
+                                      "capability_files", "device_nodes" };
+  json_int_t totals[4] = { 0 };
   int ret;
 
   ret = dsec_manifest_parse(manifest, mlen, NULL, "manifest", &m, err);
@@ -427,11 +440,16 @@ int dsec_image_commit(struct dsec_store *s, const char *manifest, size_t mlen,
   layers = json_array();
   for (size_t i = 0; i < m.n_layers; i++) {
     _cleanup_json_ json_t *meta = dsec_layer_meta(s, m.layers[i].digest);
+    json_int_t dev = json_integer_value(json_object_get(meta, "device_nodes"));
     json_array_append_new(
-      layers, json_pack("{s:s, s:I, s:s, s:O}", "digest", m.layers[i].digest,
-                        "size", (json_int_t) m.layers[i].size, "media_type",
+      layers, json_pack("{s:s, s:I, s:s, s:O, s:I}", "digest",
+                        m.layers[i].digest, "size",
+                        (json_int_t) m.layers[i].size, "media_type",
                         m.layers[i].media_type, "diff_id",
-                        json_object_get(meta, "diff_id")));
+                        json_object_get(meta, "diff_id"), "device_nodes",
+                        dev));
+    for (size_t k = 0; k < ARRAY_SIZE(kept); k++)
+      totals[k] += json_integer_value(json_object_get(meta, kept[k]));
   }
   os = json_string_value(json_object_get(cfg, "os"));
   arch = json_string_value(json_object_get(cfg, "architecture"));
@@ -444,6 +462,11 @@ int dsec_image_commit(struct dsec_store *s, const char *manifest, size_t mlen,
                     config_summary(cfg), "created", now);
   }
   json_object_set_new(rec, "source", source ? json_string(source) : json_null());
+  /* what the image holds that only its EROFS images keep (setuid,
+   * setgid, capabilities), and the device nodes no sandbox gets */
+  for (size_t k = 0; k < ARRAY_SIZE(kept); k++)
+    json_object_set_new(rec, k == 3 ? "dropped_device_nodes" : kept[k],
+                        json_integer(totals[k]));
   {
     /* an earlier import of the same image keeps its creation time */
     _cleanup_json_ json_t *old = dsec_image_record(s, mdigest, NULL);

@@ -8,6 +8,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <ftw.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/random.h>
@@ -279,39 +280,57 @@ static int clean_stale(int dfd, const char *prefix)
 }
 
 /* Extracts the layer's blob into a new directory under dfd (named
- * "<base>.tmp-XXXXXX"), verifying the blob.  Returns the name (new). */
+ * "<base>.tmp-XXXXXX"), verifying the blob.  Returns the name (new).
+ *
+ * A tree for an EROFS image (base "erofs-tree") keeps setuid/setgid bits
+ * and file capabilities, which then act only inside sandboxes: it is a
+ * private scratch area (a 0700 directory, the image's root in tree/
+ * below it) that is gone once the image is built.  Any other tree is one
+ * the host sees (rootfs/): those go, unless the layer was trusted with
+ * --keep-setuid.  Device nodes are never made.  st (optional) gets what
+ * the extraction counted. */
 static char *extract_tmp(struct dsec_store *s, int dfd, const char *base,
                          const char *digest, json_t *meta,
-                         struct dsec_error **err)
+                         struct dsec_tar_stats *stp, struct dsec_error **err)
 {
   _cleanup_free_ char *name = NULL;
   _cleanup_free_ char *path = NULL;
+  _cleanup_free_ char *top = NULL;
   _cleanup_close_ int fd = -1;
   struct dsec_tar_policy p = { 0 };
   struct dsec_tar_stats st;
+  bool scratch = strcmp(base, "erofs-tree") == 0;
   uint64_t r;
 
   if (getrandom(&r, sizeof r, 0) != sizeof r)
     r = (uint64_t) getpid();
   name = xasprintf("%s.tmp-%016llx", base, (unsigned long long) r);
-  if (mkdirat(dfd, name, 0755) < 0) {
+  if (mkdirat(dfd, name, scratch ? 0700 : 0755) < 0) {
     dsec_fail(err, errno, "cannot create %s", name);
     return NULL;
   }
-  /* mkdir's mode went through the umask; the top must be 0755 */
-  if (fchmodat(dfd, name, 0755, 0) < 0) {
-    dsec_fail(err, errno, "cannot set the mode of %s", name);
-    unlinkat(dfd, name, AT_REMOVEDIR);
-    return NULL;
+  top = xasprintf("%s/layers/%s/%s", s->path, dsec_digest_hex(digest), name);
+  /* mkdir's mode went through the umask; the root must be 0755 */
+  if (scratch) {
+    path = xasprintf("%s/tree", top);
+    if (mkdir(path, 0755) < 0) {
+      dsec_fail(err, errno, "cannot create %s", path);
+      goto fail;
+    }
+  } else
+    path = xstrdup(top);
+  if (chmod(path, 0755) < 0) {
+    dsec_fail(err, errno, "cannot set the mode of %s", path);
+    goto fail;
   }
-  path = xasprintf("%s/layers/%s/%s", s->path, dsec_digest_hex(digest), name);
   fd = dsec_store_open_blob(s, digest, err);
   if (fd < 0)
     goto fail;
   p.keep_setuid = json_is_true(json_object_get(meta, "keep_setuid"));
+  p.strip_setuid = !scratch;
   p.diff_id = json_string_value(json_object_get(meta, "diff_id"));
   /* a tree made only to build an EROFS image is thrown away after */
-  p.no_sync = strcmp(base, "erofs-tree") == 0;
+  p.no_sync = scratch;
   /* the size it had at import bounds it now */
   p.max_size = (uint64_t) json_integer_value(
     json_object_get(meta, "uncompressed_size"));
@@ -319,19 +338,43 @@ static char *extract_tmp(struct dsec_store *s, int dfd, const char *base,
     p.max_size = DSEC_DEFAULT_MAX_SIZE;
   if (dsec_tar_extract(fd, path, &p, digest, &st, err) < 0)
     goto fail;
+  if (stp)
+    *stp = st;
   return steal_pointer(&name);
 fail:
   dsec_error_wrap(err, "layer %s", digest);
-  rm_tree_abs(path);
+  rm_tree_abs(top);
   return NULL;
 }
 
+/* The compression of new EROFS images: lz4 unless DSEC_EROFS_COMPRESSION
+ * says none, lz4 or lz4hc (see dsec-layer(1) for the measurements behind
+ * the choice). */
+static const char *erofs_compression(void)
+{
+  const char *c = getenv("DSEC_EROFS_COMPRESSION");
+  if (c && (strcmp(c, "none") == 0 || strcmp(c, "lz4hc") == 0))
+    return c;
+  return "lz4";
+}
+
+/* Builds layer.erofs from tree, published only complete and never over
+ * an image that is there (a node of a shared store may have it mounted:
+ * replacing the file would pull it from under that mount). */
 static int make_erofs(struct dsec_store *s, int dfd, const char *digest,
-                      const char *tree, struct dsec_error **err)
+                      const char *tree, const struct dsec_tar_stats *xs,
+                      struct dsec_error **err)
 {
   _cleanup_free_ char *tmpname = NULL;
   _cleanup_free_ char *tmppath = NULL;
+  _cleanup_free_ char *text = NULL;
+  _cleanup_free_ char *now = dsec_time_rfc3339();
   _cleanup_close_ int fd = -1;
+  const char *comp = erofs_compression();
+  _cleanup_free_ char *zopt = xasprintf("-z%s", comp);
+  double t0 = dsec_now_ms();
+  struct stat st;
+  json_t *rec;
   int ret;
 
   fd = dsec_open_tmp_at(dfd, "layer.erofs", 0444, &tmpname, err);
@@ -340,17 +383,44 @@ static int make_erofs(struct dsec_store *s, int dfd, const char *digest,
   tmppath = xasprintf("%s/layers/%s/%s", s->path, dsec_digest_hex(digest),
                       tmpname);
   {
-    /* uncompressed, data blocks aligned (noinline_data) so the image can
-     * be mapped with DAX by the VM backends; per-file times kept */
+    /* data blocks aligned (noinline_data), so that the uncompressed files
+     * of an image can be mapped with DAX by the VM backends; per-file
+     * times kept; lz4 in 4 KiB clusters (the default) */
     char *argv[] = { MKFS_EROFS, "--quiet", "-Enoinline_data",
-                     "--preserve-mtime", tmppath, (char *) tree, NULL };
+                     "--preserve-mtime", zopt, tmppath, (char *) tree, NULL };
+    if (strcmp(comp, "none") == 0) {
+      argv[4] = tmppath;
+      argv[5] = (char *) tree;
+      argv[6] = NULL;
+    }
     ret = dsec_run_program(argv, NULL, NULL, err);
   }
+  if (ret == 0 && (fsync(fd) < 0 || fstat(fd, &st) < 0))
+    ret = dsec_fail(err, errno, "cannot sync %s", tmppath);
   if (ret < 0) {
     unlinkat(dfd, tmpname, 0);
     return dsec_error_wrap(err, "cannot build the EROFS image of %s", digest);
   }
-  return dsec_commit_tmp_at(dfd, fd, tmpname, "layer.erofs", err);
+  /* what it holds, beside it (written first: an image is never without) */
+  rec = json_pack("{s:s, s:I, s:s, s:f, s:I, s:I, s:I, s:I}", "compression",
+                  comp, "size", (json_int_t) st.st_size, "built", now,
+                  "build_ms", round((dsec_now_ms() - t0) * 10) / 10,
+                  "setuid_files", (json_int_t) xs->setuid_files,
+                  "setgid_files", (json_int_t) xs->setgid_files,
+                  "capability_files", (json_int_t) xs->capability_files,
+                  "dropped_device_nodes", (json_int_t) xs->device_nodes);
+  text = json_dumps(rec, JSON_COMPACT);
+  json_decref(rec);
+  ret = dsec_write_file_atomic(dfd, "layer.erofs.json", text, strlen(text),
+                               0644, err);
+  if (ret == 0 && linkat(dfd, tmpname, dfd, "layer.erofs", 0) < 0 &&
+      errno != EEXIST)
+    ret = dsec_fail(err, errno, "cannot move the EROFS image of %s into "
+                                "place", digest);
+  unlinkat(dfd, tmpname, 0);
+  if (ret == 0)
+    ret = dsec_fsync_dir(dfd, err);
+  return ret;
 }
 
 /* A directory layer made by this version carries both opaque markers
@@ -429,7 +499,8 @@ int dsec_layer_materialise(struct dsec_store *s, const char *digest,
                                             : "rootfs.tmp-");
 
   if (fmt == DSEC_FORMAT_DIR) {
-    _cleanup_free_ char *tmp = extract_tmp(s, dfd, "rootfs", digest, meta, err);
+    _cleanup_free_ char *tmp = extract_tmp(s, dfd, "rootfs", digest, meta,
+                                           NULL, err);
     if (!tmp)
       return -1;
     if (renameat(dfd, tmp, dfd, "rootfs") < 0) {
@@ -448,22 +519,20 @@ int dsec_layer_materialise(struct dsec_store *s, const char *digest,
     if (dsec_fsync_dir(dfd, err) < 0)
       return -1;
   } else {
-    _cleanup_free_ char *tree = NULL;
+    /* from the blob, never from rootfs/: a tree the host sees has no
+     * setuid bits, the image keeps them */
     _cleanup_free_ char *tmp = NULL;
+    _cleanup_free_ char *tree = NULL;
+    struct dsec_tar_stats xs;
     int ret;
     clean_stale(dfd, "erofs-tree.tmp-");
-    if (fstatat(dfd, "rootfs", &st, AT_SYMLINK_NOFOLLOW) == 0)
-      tree = xasprintf("%s/layers/%s/rootfs", s->path, dsec_digest_hex(digest));
-    else {
-      tmp = extract_tmp(s, dfd, "erofs-tree", digest, meta, err);
-      if (!tmp)
-        return -1;
-      tree = xasprintf("%s/layers/%s/%s", s->path, dsec_digest_hex(digest),
-                       tmp);
-    }
-    ret = make_erofs(s, dfd, digest, tree, err);
-    if (tmp)
-      dsec_rm_rf_at(dfd, tmp, NULL);
+    tmp = extract_tmp(s, dfd, "erofs-tree", digest, meta, &xs, err);
+    if (!tmp)
+      return -1;
+    tree = xasprintf("%s/layers/%s/%s/tree", s->path, dsec_digest_hex(digest),
+                     tmp);
+    ret = make_erofs(s, dfd, digest, tree, &xs, err);
+    dsec_rm_rf_at(dfd, tmp, NULL);
     if (ret < 0)
       return -1;
   }
@@ -597,6 +666,18 @@ json_t *dsec_store_inspect(struct dsec_store *s, const char *ref,
   json_object_set_new(out, "refs", names_of(refs, digest));
   json_object_set_new(out, "materialised", materialised(s, digest));
   json_object_set_new(out, "used_by", images_using(s, digest));
+  {
+    /* the EROFS image's record (compression, size, what it keeps) */
+    _cleanup_free_ char *f = xasprintf("%s/layer.erofs.json",
+                                       dsec_digest_hex(digest));
+    _cleanup_free_ char *buf = dsec_read_file_at(s->layers_fd, f, 65536, NULL,
+                                                 NULL);
+    json_t *e = buf ? json_loads(buf, 0, NULL) : NULL;
+    if (json_is_object(e))
+      json_object_set_new(out, "erofs", e);
+    else
+      json_decref(e);
+  }
   return out;
 }
 

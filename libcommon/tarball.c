@@ -199,6 +199,7 @@ enum member {
   MEMBER_ROOT,     /* "." or "./": the layer's top directory */
   MEMBER_WHITEOUT, /* .wh.NAME: NAME is deleted */
   MEMBER_OPAQUE,   /* .wh..wh..opq: the directory hides lower layers */
+  MEMBER_DEVICE,   /* a device node: counted, never written */
 };
 
 /* Cleans a member path: strips "./" and "/" runs; rejects absolute paths,
@@ -560,8 +561,12 @@ static int check_entry(struct walk *w, struct archive_entry *e, char **clean,
     }
     case AE_IFCHR:
     case AE_IFBLK:
-      return dsec_bad_input(err, "member `%s`: device nodes are not allowed "
-                                 "in a layer", raw);
+      /* an image's /dev (a sandbox gets its own): counted and dropped,
+       * never made on the host nor in an image */
+      w->st->device_nodes++;
+      *kind = MEMBER_DEVICE;
+      *clean = steal_pointer(&path);
+      return 0;
     case AE_IFSOCK:
       return dsec_bad_input(err, "member `%s`: sockets are not allowed in a "
                                  "layer", raw);
@@ -571,23 +576,29 @@ static int check_entry(struct walk *w, struct archive_entry *e, char **clean,
     }
   }
 
-  if (!p->keep_setuid && type == AE_IFREG) {
-    if ((mode & (S_ISUID | S_ISGID)) && p->strip_setuid) {
-      if (mode & S_ISUID)
-        w->st->stripped_setuid++;
-      if (mode & S_ISGID)
-        w->st->stripped_setgid++;
-      archive_entry_set_perm(e, mode & ~(mode_t) (S_ISUID | S_ISGID) & 07777);
-    } else if (mode & (S_ISUID | S_ISGID))
-      return dsec_bad_input(err, "member `%s`: set%s bit on untrusted input "
-                                 "(use --keep-setuid to keep it)",
-                            raw, (mode & S_ISUID) ? "uid" : "gid");
-    if (find_xattr(e, caps_xattr) && p->strip_setuid)
+  if (type == AE_IFREG) {
+    /* kept in the blob, counted; what a layer becomes on the host (a
+     * directory) strips them unless the operator trusted the layer
+     * (keep_setuid), an EROFS image keeps them: they act only in a
+     * sandbox's user namespace, under no_new_privs.  A hardlink's mode
+     * is its target's: stripped alike, counted once. */
+    bool strip = p->strip_setuid && !p->keep_setuid;
+    bool caps = find_xattr(e, caps_xattr) != NULL;
+    if (mode & (S_ISUID | S_ISGID)) {
+      uint64_t *uid = strip ? &w->st->stripped_setuid : &w->st->setuid_files;
+      uint64_t *gid = strip ? &w->st->stripped_setgid : &w->st->setgid_files;
+      if (!hl && (mode & S_ISUID))
+        (*uid)++;
+      if (!hl && (mode & S_ISGID))
+        (*gid)++;
+      if (strip)
+        archive_entry_set_perm(e, mode & ~(mode_t) (S_ISUID | S_ISGID) &
+                                    07777);
+    }
+    if (caps && strip)
       w->st->stripped_capabilities += remove_xattrs(e, caps_xattr);
-    else if (find_xattr(e, caps_xattr))
-      return dsec_bad_input(err, "member `%s`: file capabilities on "
-                                 "untrusted input (use --keep-setuid to "
-                                 "keep them)", raw);
+    else if (caps && !hl)
+      w->st->capability_files++;
   }
 
   base = strrchr(path, '/');
@@ -880,6 +891,12 @@ static int run_pipeline(int fd, const struct dsec_tar_policy *p,
     ret = check_entry(&w, e, &path, &kind, err);
     if (ret < 0)
       goto out;
+    if (kind == MEMBER_DEVICE && (tw || disk)) {
+      ret = copy_data(&pl, NULL, NULL, 0, path, err);
+      if (ret < 0)
+        goto out;
+      continue;
+    }
 
     if (tw) {
       if (kind == MEMBER_ROOT) {
@@ -929,6 +946,7 @@ static int run_pipeline(int fd, const struct dsec_tar_policy *p,
         break;
       }
       case MEMBER_PLAIN:
+      case MEMBER_DEVICE: /* (skipped above) */
         archive_entry_set_pathname(e, path);
         if (archive_entry_hardlink(e)) {
           _cleanup_free_ char *t =
@@ -1128,6 +1146,20 @@ done:
                     (json_int_t) st.size, "uncompressed_size",
                     (json_int_t) st.uncompressed_size, "entries",
                     (json_int_t) st.entries, "compression", st.compression);
+  if (ret == 0) {
+    const struct { const char *k; uint64_t v; } counts[] = {
+      { "setuid_files", st.setuid_files },
+      { "setgid_files", st.setgid_files },
+      { "capability_files", st.capability_files },
+      { "stripped_setuid", st.stripped_setuid },
+      { "stripped_setgid", st.stripped_setgid },
+      { "stripped_capabilities", st.stripped_capabilities },
+      { "device_nodes", st.device_nodes },
+    };
+    for (size_t i = 0; i < ARRAY_SIZE(counts); i++)
+      json_object_set_new(res, counts[i].k,
+                          json_integer((json_int_t) counts[i].v));
+  }
   dsec_json_write_line(result_fd, res, NULL);
   _exit(ret < 0 ? 1 : 0);
 }
@@ -1185,6 +1217,15 @@ int dsec_tar_extract(int fd, const char *target,
   st->uncompressed_size =
     (uint64_t) json_integer_value(json_object_get(res, "uncompressed_size"));
   st->entries = (uint64_t) json_integer_value(json_object_get(res, "entries"));
+#define COUNT(f) st->f = (uint64_t) json_integer_value(json_object_get(res, #f))
+  COUNT(setuid_files);
+  COUNT(setgid_files);
+  COUNT(capability_files);
+  COUNT(stripped_setuid);
+  COUNT(stripped_setgid);
+  COUNT(stripped_capabilities);
+  COUNT(device_nodes);
+#undef COUNT
   s = json_string_value(json_object_get(res, "compression"));
   st->compression = !s                       ? "none"
                     : strcmp(s, "gzip") == 0 ? "gzip"

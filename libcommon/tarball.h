@@ -21,9 +21,13 @@ typedef int (*dsec_write_fn)(void *ud, const void *buf, size_t len,
 
 struct dsec_tar_policy {
   uint64_t max_size;  /* bound on the uncompressed stream; 0: default */
-  bool keep_setuid;   /* keep setuid/setgid files and file capabilities */
-  /* dsec_tar_rewrite: setuid/setgid bits and file capabilities
-   * (security.capability) are removed and counted, not refused */
+  /* the operator trusts the layer's setuid/setgid files and file
+   * capabilities: strip_setuid leaves them */
+  bool keep_setuid;
+  /* setuid/setgid bits and file capabilities (security.capability) are
+   * removed and counted (dsec_tar_rewrite, and dsec_tar_extract into a
+   * tree the host sees); otherwise they are kept and counted.  Device
+   * nodes are counted, and never written (extraction, rewrite). */
   bool strip_setuid;
   /* dsec_tar_rewrite: overlayfs metadata xattrs (trusted.overlay.*,
    * user.overlay.*, escaped or not) are removed and counted, not refused;
@@ -49,6 +53,9 @@ struct dsec_tar_stats {
   /* what the strip_* policies removed (members, or xattrs) */
   uint64_t stripped_setuid, stripped_setgid, stripped_capabilities;
   uint64_t stripped_overlay_xattrs;
+  /* what was kept: setuid, setgid files, files with capabilities */
+  uint64_t setuid_files, setgid_files, capability_files;
+  uint64_t device_nodes; /* counted, dropped */
 };
 
 /* Reads fd to EOF, checking every member.  Violations are bad input with

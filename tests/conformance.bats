@@ -62,6 +62,7 @@ teardown_file() {
       left=1
     fi
   done <"$BATS_FILE_TMPDIR/ids"
+  layer_mounts_clean || left=1
   return $left
 }
 

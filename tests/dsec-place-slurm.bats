@@ -190,6 +190,29 @@ teardown() {
     done
   done
   squeue -h -o %i 2>/dev/null | xargs -r scancel 2>/dev/null || true
+  # each node's mounts of layers (dsec-reap's to undo on a real node)
+  for root in "$T"/nodes/*/root; do
+    [ -d "$root" ] || continue
+    DSEC_ROOT=$root layer_mounts_clean "${root%/root}/run"
+  done
+}
+
+# assert_layers_shared FORMAT: the nodes ran bb:1 from the shared store,
+# as EROFS (each node mounted the image the pull made, from the shared
+# file, and wrote nothing to the store) or as directories (rootless).
+assert_layers_shared() {
+  local hex n
+  hex=$(jq -r '.layers[0].digest | ltrimstr("sha256:")' "$T/pulled.json")
+  if [ "$1" = erofs ]; then
+    [ "$(stat -c %Y.%s "$T/store/layers/$hex/layer.erofs")" = "$(cat "$T/erofs.stamp")" ]
+    [ ! -e "$T/store/layers/$hex/rootfs" ]
+    for n in node1 node2 node3; do
+      awk -v p="$T/nodes/$n/run/layers/$hex/mnt" -v i="$T/store/layers/$hex/layer.erofs" \
+        '$2 == p && $1 == i { ok = 1 } END { exit !ok }' /proc/self/mounts
+    done
+  else
+    [ -d "$T/store/layers/$hex/rootfs" ]
+  fi
 }
 
 requests() {
@@ -247,11 +270,17 @@ check_run() {
 @test "run.sh: probe, place and run sandboxes on three Slurm nodes" {
   requests
   run -0 --separate-stderr dsec-pull --name bb:1 "tar:$BATS_FILE_TMPDIR/busybox.tar.gz"
+  printf '%s\n' "$output" >"$T/pulled.json"
+  stat -c %Y.%s "$T/store/layers/$(jq -r '.layers[0].digest | ltrimstr("sha256:")' \
+    "$T/pulled.json")/layer.erofs" >"$T/erofs.stamp"
   run -0 --separate-stderr salloc -N 3 "$DSEC_SRCDIR/examples/slurm/run.sh" \
     "$T/req.jsonl"
   printf '%s\n' "$output" >"$T/results.jsonl"
   [[ $stderr == *"1 sandboxes could not be placed"* ]]
   check_run
+  # one store for the three nodes: the layer converted once (by the
+  # pull), each node mounting it from the shared file
+  assert_layers_shared erofs
 }
 
 @test "run.sh: as a user without privileges (rootless dsec-run)" {
@@ -274,6 +303,7 @@ check_run() {
   }
   run -0 --separate-stderr as_user dsec-pull --name bb:1 \
     "tar:$BATS_FILE_TMPDIR/busybox.tar.gz"
+  printf '%s\n' "$output" >"$T/pulled.json"
   chmod o+r "$T/req.jsonl"
   run -0 --separate-stderr as_user salloc -N 3 \
     "$DSEC_SRCDIR/examples/slurm/run.sh" "$T/req.jsonl" "$T/keep/results.jsonl"
@@ -281,6 +311,8 @@ check_run() {
   check_run
   # the sandboxes were the user's
   [ "$(stat -c %U "$T/nodes/node1/root")" = "$user" ]
+  # rootless: no erofs mount, the layers are directories in the store
+  assert_layers_shared dir
 }
 
 @test "run.sh: a sandbox that cannot be created is an error record and exit 1" {

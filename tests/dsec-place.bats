@@ -26,6 +26,8 @@ teardown() {
       sandbox) dsec-run rm --force "$what" >/dev/null 2>&1 || true ;;
     esac
   done <"$T/cleanup"
+  # the host's mounts of layers the sandboxes used (dsec-reap's to undo)
+  layer_mounts_clean
 }
 
 # dg N: a valid digest made from the number N.
@@ -178,8 +180,9 @@ fake_sandbox() {
   # only l1 is materialised: l2 is a blob a sandbox cannot use yet
   run -0 --separate-stderr dsec-layer materialise l1@v1
   run -0 --separate-stderr dsec-place probe
-  jq -e --arg d "$l1" --argjson s "$s1" '.layers == [{digest: $d, size: $s}]' \
-    <<<"$output"
+  # (no sandbox runs from it: not mounted on this host)
+  jq -e --arg d "$l1" --argjson s "$s1" \
+    '.layers == [{digest: $d, size: $s, mounted: false}]' <<<"$output"
 
   # an EROFS image counts too (made by hand: mkfs.erofs is not needed here)
   touch "$(store_dir)/layers/${l2#sha256:}/layer.erofs"
@@ -383,6 +386,18 @@ fake_sandbox() {
   jq -e '.node == "c" and .fetch_bytes == 100' <<<"$output"
   # 0.6 x 0.9 + 0.4 x (1 - 1/8)
   jq -e '.score == 0.89' <<<"$output"
+
+  # a node that has the layers mounted beats one that holds them cold
+  # (a shared store: every node holds every layer)
+  printf '%s\n' \
+    "{\"node\":\"a\",\"cpus\":8,\"memory_mb\":8192,\"layers\":[{\"digest\":\"$big\",\"size\":900,\"mounted\":false}]}" \
+    "{\"node\":\"b\",\"cpus\":8,\"memory_mb\":8192,\"layers\":[{\"digest\":\"$big\",\"size\":900,\"mounted\":true}]}" \
+    >"$T/nodes.mounted"
+  printf '%s\n' "{\"rid\":\"m\",\"count\":2,\"spec\":{\"image\":\"$big\"}}" >"$T/req.mounted"
+  run -0 --separate-stderr dsec-place place --nodes "$T/nodes.mounted" "$T/req.mounted"
+  # 0.6 x 1 + 0.4 x (1 - 1/8) for b; a would have 0.6 x (1 - 1/4) + 0.35
+  jq -se '[.[].node] == ["b", "b"] and .[0].fetch_bytes == 0 and
+    .[0].score == 0.95' <<<"$output"
 
   # without the big layer anywhere, b wins over a (name order would say a)
   printf '%s\n' \

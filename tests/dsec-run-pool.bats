@@ -33,6 +33,7 @@ teardown() {
       rc=1
     fi
   done
+  layer_mounts_clean
   rm -rf "$DSEC_RUN"
   return $rc
 }

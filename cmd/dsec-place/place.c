@@ -21,6 +21,7 @@
 #include "digest.h"
 #include "fsutil.h"
 #include "image.h"
+#include "layermount.h"
 #include "log.h"
 #include "refs.h"
 #include "sandbox.h"
@@ -198,6 +199,12 @@ struct pnode {
   int *held; /* layer ids the inventory lists */
   size_t n_held;
   uint64_t *cache; /* bitset of layer ids held, after loading */
+  /* layers the host has mounted (its inventory says "mounted" for a
+   * layer: then a held layer that is not is cold, its pages to read) */
+  bool mounts_known;
+  int *mounted_ids;
+  size_t n_mounted;
+  uint64_t *mounted; /* bitset, after loading */
 };
 
 struct preq {
@@ -259,6 +266,8 @@ static void planner_free(struct planner *p)
     free(p->nodes[i].name_json);
     free(p->nodes[i].held);
     free(p->nodes[i].cache);
+    free(p->nodes[i].mounted_ids);
+    free(p->nodes[i].mounted);
   }
   free(p->nodes);
   for (size_t i = 0; i < p->n_reqs; i++) {
@@ -524,6 +533,7 @@ static int parse_node(struct planner *p, json_t *o, const char *what,
     if (!json_is_array(a))
       return dsec_bad_input(err, "%s: field `layers` must be an array", what);
     held = xmalloc((json_array_size(a) + 1) * sizeof *held);
+    n.mounted_ids = xmalloc((json_array_size(a) + 1) * sizeof *n.mounted_ids);
     json_array_foreach(a, i, v)
     {
       const char *digest = NULL;
@@ -541,6 +551,11 @@ static int parse_node(struct planner *p, json_t *o, const char *what,
                   err) < 0)
         return -1;
       held[n.n_held++] = layer_id(p, digest, size);
+      if (json_object_get(v, "mounted")) {
+        n.mounts_known = true;
+        if (json_is_true(json_object_get(v, "mounted")))
+          n.mounted_ids[n.n_mounted++] = held[n.n_held - 1];
+      }
     }
   }
 
@@ -903,10 +918,17 @@ enum reach {
 static const char *const reach_reason[] = { "backend", "too_large",
                                             "capacity", "spread" };
 
+/* A layer in a node's store that its host has not mounted weighs this
+ * fraction of its size: no byte to fetch or write, but a new mount and a
+ * cold page cache (containers and fncall sandboxes read the one host
+ * mount of a layer), where a mounted one has its hot pages in memory. */
+#define COLD_LAYER_DIV 4
+
 static int plan_request(struct planner *p, const struct preq *r,
                         struct outbuf *o, int64_t *fetch, size_t *cand,
                         struct dsec_error **err)
 {
+  _cleanup_free_ int64_t *cold = xzalloc(p->n_nodes * sizeof *cold);
   size_t n_cand = 0, n_regular = 0;
   int64_t known = 0, cap = INT64_MAX;
   double known_inv;
@@ -932,10 +954,14 @@ static int plan_request(struct planner *p, const struct preq *r,
       cand[n_cand++] = i;
       n_regular += !burst;
       fetch[i] = 0;
+      cold[i] = 0;
       for (size_t k = 0; k < r->n_layers; k++) {
         int id = r->layers[k];
         if (p->layer_size[id] > 0 && !bit_test(n->cache, id))
           fetch[i] += p->layer_size[id];
+        else if (p->layer_size[id] > 0 && n->mounts_known &&
+                 !bit_test(n->mounted, id))
+          cold[i] += p->layer_size[id] / COLD_LAYER_DIV;
       }
     }
 
@@ -974,7 +1000,8 @@ static int plan_request(struct planner *p, const struct preq *r,
           countmap_get(&p->spread,
                        (uint64_t) r->group * p->n_nodes + i) >= cap)
         continue;
-      cached = known ? (int64_t) ((double) (known - fetch[i]) * known_inv)
+      cached = known ? (int64_t) ((double) (known - fetch[i] - cold[i]) *
+                                  known_inv)
                      : 1000000;
       sc = (6 * cached + 4 * (1000000 - load_ppm(n, r))) / 10;
       if (sc > best_score) { /* strict: ties keep the first name */
@@ -1013,9 +1040,12 @@ static int plan_request(struct planner *p, const struct preq *r,
     if (r->group >= 0)
       countmap_add(&p->spread, (uint64_t) r->group * p->n_nodes + best, 1);
     /* the node fetches the layers once: later sandboxes find them */
-    for (size_t k = 0; k < r->n_layers; k++)
+    for (size_t k = 0; k < r->n_layers; k++) {
       bit_set(n->cache, r->layers[k]);
+      bit_set(n->mounted, r->layers[k]);
+    }
     fetch[best] = 0;
+    cold[best] = 0;
     if (o->len > (1u << 16) && out_flush(o, err) < 0)
       return -1;
   }
@@ -1067,6 +1097,9 @@ int dsec_place_plan(const char *nodes_path, const char *requests_path,
     n->cache = xzalloc(words * sizeof *n->cache);
     for (size_t k = 0; k < n->n_held; k++)
       bit_set(n->cache, n->held[k]);
+    n->mounted = xzalloc(words * sizeof *n->mounted);
+    for (size_t k = 0; k < n->n_mounted; k++)
+      bit_set(n->mounted, n->mounted_ids[k]);
   }
   fetch = xzalloc(p.n_nodes * sizeof *fetch);
   cand = xmalloc(p.n_nodes * sizeof *cand);
@@ -1219,6 +1252,7 @@ static json_t *probe_layers(struct dsec_error **err)
   char **names = NULL;
   size_t n = 0, cap = 0;
   struct dirent *de;
+  _cleanup_json_ json_t *mounted = NULL;
   json_t *out;
   int dfd;
 
@@ -1234,6 +1268,21 @@ static json_t *probe_layers(struct dsec_error **err)
     dir = xasprintf("%s/store/layers", root);
   }
   out = json_array();
+  {
+    /* the layers this host has mounted (containers and fncall sandboxes
+     * run from those mounts) */
+    _cleanup_free_ char *run = dsec_run_dir();
+    _cleanup_json_ json_t *ms = dsec_layer_mounts_list(run);
+    json_t *m;
+    size_t k;
+    mounted = json_object();
+    json_array_foreach(ms, k, m)
+    {
+      const char *dg = json_string_value(json_object_get(m, "digest"));
+      if (dg)
+        json_object_set_new(mounted, dg, json_true());
+    }
+  }
   d = opendir(dir);
   if (!d) {
     if (errno == ENOENT)
@@ -1266,10 +1315,15 @@ static json_t *probe_layers(struct dsec_error **err)
     buf = dsec_read_file_at(dfd, meta_path, 1 << 20, &len, NULL);
     meta = buf ? json_loadb(buf, len, 0, NULL) : NULL;
     size = json_object_get(meta, "size");
-    if (json_is_integer(size))
-      json_array_append_new(out, json_pack("{s:s+, s:I}", "digest", "sha256:",
-                                           names[i], "size",
-                                           json_integer_value(size)));
+    if (json_is_integer(size)) {
+      json_t *l = json_pack("{s:s+, s:I}", "digest", "sha256:", names[i],
+                            "size", json_integer_value(size));
+      json_object_set_new(
+        l, "mounted",
+        json_boolean(json_object_get(mounted, json_string_value(json_object_get(
+                                                l, "digest")))));
+      json_array_append_new(out, l);
+    }
     json_decref(meta);
   }
   for (size_t i = 0; i < n; i++)

@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "fsutil.h"
+#include "layer.h"
 #include "log.h"
 #include "registry.h"
 
@@ -659,6 +660,31 @@ out:
   return ret;
 }
 
+/* Each layer becomes an EROFS image once per store, here rather than at
+ * the first sandbox's start (containers and fncall sandboxes mount them,
+ * VMs attach them).  A layer that cannot be converted is said, not an
+ * error: dsec-run tries again, or runs it as a directory.  Each layer of
+ * the record gets "erofs": whether the store has its image now. */
+static void to_erofs(struct dsec_store *s, json_t *record)
+{
+  const char *force = getenv("DSEC_LAYER_FORMAT");
+  json_t *l;
+  size_t i;
+
+  if (force && strcmp(force, "dir") == 0)
+    return;
+  json_array_foreach(json_object_get(record, "layers"), i, l)
+  {
+    _cleanup_error_ struct dsec_error *e = NULL;
+    _cleanup_free_ char *path = NULL;
+    const char *d = json_string_value(json_object_get(l, "digest"));
+    bool made = false;
+    if (dsec_layer_materialise(s, d, DSEC_FORMAT_EROFS, &path, &made, &e) < 0)
+      dsec_warn("layer %s stays without an EROFS image: %s", d, e->msg);
+    json_object_set_new(l, "erofs", json_boolean(path != NULL));
+  }
+}
+
 int dsec_pull(struct dsec_store *s, const char *source,
               const struct dsec_pull_opts *o, json_t **record,
               struct dsec_error **err)
@@ -698,5 +724,6 @@ int dsec_pull(struct dsec_store *s, const char *source,
   if (ret < 0)
     return ret;
   json_object_set_new(*record, "source", json_string(canonical));
+  to_erofs(s, *record);
   return 0;
 }

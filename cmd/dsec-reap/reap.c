@@ -22,6 +22,7 @@
 #include "fsutil.h"
 #include "idrange.h"
 #include "layer.h"
+#include "layermount.h"
 #include "lock.h"
 #include "log.h"
 #include "sandbox.h"
@@ -742,6 +743,66 @@ static int reap_sandboxes(struct reap *r, struct dsec_error **err)
     if (ret < 0)
       return ret;
   }
+  return 0;
+}
+
+/* ---- this host's mounts of layers' EROFS images */
+
+/* A layer mount under $DSEC_RUN/layers that no sandbox of this root uses
+ * (none lists the layer in its environment.json) is unmounted; one whose
+ * lock a creation holds (it is taking its clone) is left for the next
+ * run.  Sandboxes that run from a layer hold clones of their own, so an
+ * unmount never reaches them; its loop device, if any, detaches itself
+ * when the last of them goes.  The bind mount of $DSEC_RUN/layers goes
+ * with the last layer mount. */
+static int reap_layer_mounts(struct reap *r, struct dsec_error **err)
+{
+  _cleanup_json_ json_t *mounts = dsec_layer_mounts_list(r->run);
+  _cleanup_json_ json_t *used = NULL;
+  json_t *m;
+  size_t i;
+  int ret = 0;
+
+  if (json_array_size(mounts) == 0) {
+    if (!r->o->dry_run && dsec_layer_unbind(r->run, err) < 0)
+      return -1;
+    return 0;
+  }
+  used = dsec_sandbox_references(err);
+  if (!used)
+    return -1;
+  json_array_foreach(mounts, i, m)
+  {
+    const char *d = json_string_value(json_object_get(m, "digest"));
+    json_t *extra;
+    bool busy = false;
+    if (!d || !dsec_digest_valid(d) || json_object_get(used, d))
+      continue;
+    extra = json_pack("{s:O}", "path", json_object_get(m, "path"));
+    if (json_object_get(m, "backing"))
+      json_object_set(extra, "backing", json_object_get(m, "backing"));
+    if (json_object_get(m, "device"))
+      json_object_set(extra, "device", json_object_get(m, "device"));
+    if (!r->o->dry_run) {
+      struct dsec_error *e = NULL;
+      if (dsec_layer_unmount(r->run, dsec_digest_hex(d), &busy, &e) < 0) {
+        ret = put_failed(r, "layer_mount", d, "unused", e, extra, err);
+        if (ret < 0)
+          return ret;
+        continue;
+      }
+      if (busy) {
+        json_decref(extra);
+        continue;
+      }
+    }
+    ret = put(r, "layer_mount", d, "unused",
+              act(r, "unmounted", "would unmount"), 0, extra, err);
+    if (ret < 0)
+      return ret;
+  }
+  if (!r->o->dry_run && dsec_layer_unbind(r->run, err) < 0)
+    return -1;
   return 0;
 }
 
@@ -1636,6 +1697,8 @@ int dsec_reap(const struct dsec_reap_opts *o, dsec_reap_emit_fn emit,
     ret = reap_mounts(&r, err);
   if (ret == 0)
     ret = reap_sandboxes(&r, err);
+  if (ret == 0)
+    ret = reap_layer_mounts(&r, err);
   if (ret == 0)
     ret = reap_run_dirs(&r, err);
   if (ret == 0)

@@ -31,6 +31,7 @@
 #include "vm.h"
 #include "fsutil.h"
 #include "image.h"
+#include "layermount.h"
 #include "process.h"
 #include "lock.h"
 #include "log.h"
@@ -673,7 +674,8 @@ static json_t *sandbox_record(const char *id, json_t *st)
                                       "init_pid", "supervisor_pid",
                                       "audit_unavailable",
                                       "landlock_unavailable", "accelerator",
-                                      "kernel", NULL };
+                                      "kernel", "layer_format",
+                                      "erofs_unavailable", NULL };
   json_t *why = json_object_get(json_object_get(st, "cgroup"), "unavailable");
   for (const char *const *k = keys; *k; k++) {
     json_t *v = json_object_get(st, *k);
@@ -713,6 +715,74 @@ static char *layer_dir(struct dsec_store *s, const char *digest, bool erofs,
     }
   }
   return path;
+}
+
+/* Why a container or fncall sandbox created now cannot run from its
+ * layers' EROFS images (new string), or NULL when it may try. */
+static char *erofs_unavailable(void)
+{
+  const char *force = getenv("DSEC_LAYER_FORMAT");
+  if (force && strcmp(force, "dir") == 0)
+    return xstrdup("DSEC_LAYER_FORMAT=dir");
+  if (geteuid() != 0)
+    return xstrdup("rootless (mounting erofs needs root)");
+  return NULL;
+}
+
+/* The layers of a container or fncall sandbox (env's, bottom to top):
+ * each layer's EROFS image mounted once on this host and cloned for the
+ * sandbox (fds[i]), nothing extracted; where that cannot be done (no
+ * erofs, no idmapped mounts of it, rootless, or told so), directories,
+ * with the reason in env's "erofs_unavailable".  paths[i] get the image
+ * or directory of each. */
+static int container_layers(struct dsec_store *s, json_t *env, char **paths,
+                            int *fds, struct dsec_error **err)
+{
+  json_t *ls = json_object_get(env, "layers"), *l;
+  _cleanup_free_ char *why = erofs_unavailable();
+  const char *backing = "file";
+  size_t i, n = json_array_size(ls);
+
+  for (i = 0; i < n && !why; i++) {
+    const char *d = json_string_value(json_object_get(json_array_get(ls, i),
+                                                      "digest"));
+    _cleanup_error_ struct dsec_error *e = NULL;
+    const char *b = NULL;
+    paths[i] = layer_dir(s, d, true, &e);
+    if (paths[i])
+      fds[i] = dsec_layer_mount_clone(d, paths[i], &b, &e);
+    if (fds[i] < 0)
+      why = xstrdup(e && e->msg ? e->msg : "erofs");
+    else if (strcmp(b, "loop") == 0)
+      backing = "loop";
+  }
+  if (why) {
+    for (i = 0; i < n; i++) {
+      if (fds[i] >= 0)
+        close(fds[i]);
+      fds[i] = -1;
+      free(paths[i]);
+      paths[i] = NULL;
+    }
+  }
+  json_array_foreach(ls, i, l)
+  {
+    if (why) {
+      paths[i] = layer_dir(s, json_string_value(json_object_get(l, "digest")),
+                           false, err);
+      if (!paths[i])
+        return -1;
+    }
+    json_object_set_new(l, "path", json_string(paths[i]));
+    json_object_set_new(l, "format", json_string(why ? "dir" : "erofs"));
+  }
+  json_object_set_new(env, "layer_format", json_string(why ? "dir" : "erofs"));
+  if (why) {
+    json_object_set_new(env, "erofs_unavailable", json_string(why));
+    dsec_debug("layers as directories: %s", why);
+  } else
+    json_object_set_new(env, "erofs_backing", json_string(backing));
+  return 0;
 }
 
 /* Creates the sandbox; *id gets its id. */
@@ -841,6 +911,7 @@ static int create_sandbox(json_t *spec_in, const char *reuse_id,
   struct dsec_store *store = NULL;
   _cleanup_close_ int gc = -1;
   char **layers = NULL;
+  int *layer_fds = NULL;
   size_t n_layers = 0;
   const char *backend;
   bool vm;
@@ -902,14 +973,22 @@ static int create_sandbox(json_t *spec_in, const char *reuse_id,
       goto out;
     n_layers = json_array_size(json_object_get(env, "layers"));
     layers = xzalloc(sizeof *layers * (n_layers + 1));
-    json_array_foreach(json_object_get(env, "layers"), i, l)
-    {
-      layers[i] = layer_dir(store, json_string_value(json_object_get(l, "digest")),
-                            vm, err);
-      if (!layers[i])
+    if (!vm) {
+      layer_fds = xmalloc(sizeof *layer_fds * (n_layers + 1));
+      for (i = 0; i <= n_layers; i++)
+        layer_fds[i] = -1;
+      if (container_layers(store, env, layers, layer_fds, err) < 0)
         goto out;
-      json_object_set_new(l, "path", json_string(layers[i]));
-    }
+    } else
+      json_array_foreach(json_object_get(env, "layers"), i, l)
+      {
+        layers[i] = layer_dir(store,
+                              json_string_value(json_object_get(l, "digest")),
+                              vm, err);
+        if (!layers[i])
+          goto out;
+        json_object_set_new(l, "path", json_string(layers[i]));
+      }
   }
 
   /* The supervisor is forked first and waits for "go": the state file
@@ -933,7 +1012,7 @@ static int create_sandbox(json_t *spec_in, const char *reuse_id,
     struct dsec_container_opts co = {
       .id = id, .spec = spec, .environment = env, .layers = layers,
       .n_layers = n_layers, .ready_fd = pfd[1], .restore = restore,
-      .disk_from = disk_from,
+      .disk_from = disk_from, .layer_fds = layer_fds,
     };
     char go;
     close(pfd[0]);
@@ -959,7 +1038,18 @@ static int create_sandbox(json_t *spec_in, const char *reuse_id,
      * of other requests open): the ready pipe becomes fd 3, the rest go */
     if (dup2(pfd[1], 3) < 0)
       _exit(1);
-    syscall(SYS_close_range, 4U, ~0U, 0U);
+    /* and the layers' mounts 4, 5, ... (first out of that range) */
+    for (size_t i = 0; layer_fds && i < n_layers; i++)
+      if (layer_fds[i] >= 0 &&
+          (layer_fds[i] = fcntl(layer_fds[i], F_DUPFD_CLOEXEC,
+                                4 + (int) n_layers)) < 0)
+        _exit(1);
+    for (size_t i = 0; layer_fds && i < n_layers; i++)
+      if (layer_fds[i] >= 0 &&
+          (layer_fds[i] = dup3(layer_fds[i], 4 + (int) i, O_CLOEXEC)) < 0)
+        _exit(1);
+    syscall(SYS_close_range, 4U + (unsigned) (layer_fds ? n_layers : 0), ~0U,
+            0U);
     co.ready_fd = 3;
     if (vm)
       dsec_vm_supervisor_main(&co);
@@ -1145,6 +1235,10 @@ out:
   for (size_t i = 0; layers && i < n_layers; i++)
     free(layers[i]);
   free(layers);
+  for (size_t i = 0; layer_fds && i < n_layers; i++)
+    if (layer_fds[i] >= 0)
+      close(layer_fds[i]);
+  free(layer_fds);
   dsec_store_free(store);
   return ret;
 }

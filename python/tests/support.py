@@ -193,6 +193,12 @@ class Store:
 
     def destroy(self):
         problems = self.clean()
+        # the host's mounts of the layers the sandboxes used (dsec-reap's
+        # to undo), before the directory holding them goes
+        layers = os.path.join(self.run, "layers")
+        if os.path.ismount(layers):
+            subprocess.run(["umount", "-R", "-l", layers],
+                           stderr=subprocess.DEVNULL)
         shutil.rmtree(self.dir, ignore_errors=True)
         return problems
 

@@ -40,3 +40,24 @@ assert_store_clean_tmp() {
   left=$(find "$(store_dir)/tmp" -mindepth 1 2>/dev/null | head -5)
   [ -z "$left" ] || { echo "left in store tmp: $left" >&2; return 1; }
 }
+
+# layer_mounts_clean [RUN]: what dsec-reap does for this test's host:
+# unmounts the layer mounts under RUN/layers (default $DSEC_RUN), then
+# checks that no loop device is left on a layer of this test's store
+# (once its sandboxes are gone, a layer's loop device detaches itself).
+layer_mounts_clean() {
+  local run=${1:-${DSEC_RUN-}} mp left i
+  [ -n "$run" ] || return 0
+  for mp in $(awk -v r="$run/layers" 'index($2, r) == 1 { print $2 }' \
+    /proc/self/mounts | sort -r); do
+    umount -l "$mp" 2>/dev/null || true
+  done
+  [ -n "${DSEC_ROOT-}" ] || return 0
+  for i in $(seq 50); do
+    left=$(losetup -a 2>/dev/null | grep -F "$(store_dir)/layers/" || true)
+    [ -z "$left" ] && return 0
+    sleep 0.1
+  done
+  echo "loop devices left: $left" >&2
+  return 1
+}

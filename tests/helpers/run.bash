@@ -209,7 +209,9 @@ sb_teardown() {
     sb_last_resort
     ok=1
   fi
-  # its mounts live in the supervisors' namespaces, not here
+  # its mounts live in the supervisors' namespaces, not here, but for
+  # the host's mounts of layers (dsec-reap's to undo)
+  layer_mounts_clean || ok=1
   rm -rf "$DSEC_RUN"
   return $ok
 }
@@ -228,6 +230,9 @@ sb_file_teardown() {
     sb_rm_cgroups $d || true
     ok=1
   fi
+  for d in "$DSEC_FILE_RUN"/*; do
+    layer_mounts_clean "$d" || ok=1
+  done
   rm -rf "$DSEC_FILE_RUN"
   return $ok
 }

@@ -118,7 +118,8 @@ sec_teardown_file() {
     kill "$pid" 2>/dev/null
     wait "$pid" 2>/dev/null
   done
-  return 0
+  # the host's mounts of layers, dsec-reap's to undo
+  layer_mounts_clean
 }
 
 sec_setup() {

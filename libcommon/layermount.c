@@ -1,0 +1,420 @@
+#include <config.h>
+
+#include "layermount.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <linux/loop.h>
+#include <linux/mount.h>
+#include <sched.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/file.h>
+#include <sys/ioctl.h>
+#include <sys/mount.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "digest.h"
+#include "fsutil.h"
+#include "lock.h"
+#include "log.h"
+#include "store.h"
+#include "utils.h"
+
+/* path is the root of a mount (of its own, not a directory in one). */
+static bool mount_root(int dirfd, const char *path)
+{
+  struct statx sx;
+  if (statx(dirfd, path, AT_SYMLINK_NOFOLLOW | AT_NO_AUTOMOUNT, 0, &sx) < 0)
+    return false;
+  return (sx.stx_attributes_mask & STATX_ATTR_MOUNT_ROOT) &&
+         (sx.stx_attributes & STATX_ATTR_MOUNT_ROOT);
+}
+
+/* run/layers is a mount point of its own (a private bind mount of
+ * itself) while layers are mounted below it.  Returns the fd holding
+ * run/layers.lock shared: the reaper takes it exclusively to undo the
+ * bind mount once no layer is mounted, never while one is being mounted. */
+static int layers_bind(const char *run, const char *dir,
+                       struct dsec_error **err)
+{
+  _cleanup_close_ int rfd = open(run, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  int lock;
+
+  if (rfd < 0)
+    return dsec_fail(err, errno, "cannot open %s", run);
+  lock = dsec_lock_at(rfd, "layers.lock", DSEC_LOCK_SHARED, false, err);
+  if (lock < 0)
+    return -1;
+  while (!mount_root(AT_FDCWD, dir)) {
+    if (flock(lock, LOCK_EX) < 0) {
+      close(lock);
+      return dsec_fail(err, errno, "cannot lock %s/layers.lock", run);
+    }
+    if (!mount_root(AT_FDCWD, dir) &&
+        (mount(dir, dir, NULL, MS_BIND, NULL) < 0 ||
+         mount(NULL, dir, NULL, MS_PRIVATE, NULL) < 0)) {
+      close(lock);
+      return dsec_fail(err, errno, "cannot make %s a mount point", dir);
+    }
+    if (flock(lock, LOCK_SH) < 0) {
+      close(lock);
+      return dsec_fail(err, errno, "cannot lock %s/layers.lock", run);
+    }
+  }
+  return lock;
+}
+
+/* A read-only loop device on the image, gone with its last user.  Returns
+ * its path (new); *loop_fd must stay open until it is mounted. */
+static char *loop_ro(int backing, int *loop_fd, struct dsec_error **err)
+{
+  _cleanup_close_ int ctl = open("/dev/loop-control", O_RDWR | O_CLOEXEC);
+
+  if (ctl < 0) {
+    dsec_fail(err, errno, "cannot open /dev/loop-control");
+    return NULL;
+  }
+  for (int tries = 0; tries < 32; tries++) {
+    struct loop_config cfg = { .fd = (uint32_t) backing };
+    int n = ioctl(ctl, LOOP_CTL_GET_FREE);
+    char *path;
+    int fd;
+    if (n < 0) {
+      dsec_fail(err, errno, "no free loop device");
+      return NULL;
+    }
+    path = xasprintf("/dev/loop%d", n);
+    fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) {
+      free(path);
+      continue;
+    }
+    /* direct I/O: one copy of the data in the page cache, erofs's */
+    cfg.info.lo_flags = LO_FLAGS_READ_ONLY | LO_FLAGS_AUTOCLEAR |
+                        LO_FLAGS_DIRECT_IO;
+    if (ioctl(fd, LOOP_CONFIGURE, &cfg) == 0) {
+      *loop_fd = fd;
+      return path;
+    }
+    if (errno == EINVAL) {
+      cfg.info.lo_flags &= ~(uint32_t) LO_FLAGS_DIRECT_IO;
+      if (ioctl(fd, LOOP_CONFIGURE, &cfg) == 0) {
+        *loop_fd = fd;
+        return path;
+      }
+    }
+    close(fd);
+    free(path);
+    if (errno != EBUSY) {
+      dsec_fail(err, errno, "cannot set up a loop device");
+      return NULL;
+    }
+  }
+  dsec_fail(err, EBUSY, "cannot find a free loop device");
+  return NULL;
+}
+
+/* A user namespace that maps root to root (new fd), for trying an idmap. */
+static int probe_userns(struct dsec_error **err)
+{
+  char path[64];
+  int fd = -1, p[2];
+  pid_t pid;
+
+  if (pipe2(p, O_CLOEXEC) < 0)
+    return dsec_fail(err, errno, "pipe");
+  pid = (pid_t) syscall(SYS_clone, CLONE_NEWUSER | SIGCHLD, NULL, NULL, NULL, 0);
+  if (pid == 0) {
+    char c;
+    close(p[1]);
+    (void) !read(p[0], &c, 1);
+    _exit(0);
+  }
+  close(p[0]);
+  if (pid < 0) {
+    close(p[1]);
+    return dsec_fail(err, errno, "cannot create a user namespace");
+  }
+  snprintf(path, sizeof path, "/proc/%d/uid_map", (int) pid);
+  {
+    _cleanup_close_ int m = open(path, O_WRONLY | O_CLOEXEC);
+    if (m >= 0 && write(m, "0 0 1\n", 6) == 6) {
+      close(m);
+      snprintf(path, sizeof path, "/proc/%d/gid_map", (int) pid);
+      m = open(path, O_WRONLY | O_CLOEXEC);
+      if (m >= 0 && write(m, "0 0 1\n", 6) == 6) {
+        snprintf(path, sizeof path, "/proc/%d/ns/user", (int) pid);
+        fd = open(path, O_RDONLY | O_CLOEXEC);
+      }
+    }
+  }
+  if (fd < 0)
+    dsec_fail(err, errno, "cannot map a user namespace");
+  close(p[1]);
+  while (waitpid(pid, NULL, 0) < 0 && errno == EINTR)
+    ;
+  return fd;
+}
+
+/* The file system mounted at mnt can be idmapped (erofs can since Linux
+ * 5.19): a sandbox sees its files owned by its own root. */
+static int probe_idmap(const char *mnt, struct dsec_error **err)
+{
+  _cleanup_close_ int ns = probe_userns(err);
+  _cleanup_close_ int t = -1;
+  struct mount_attr attr = { .attr_set = MOUNT_ATTR_IDMAP };
+
+  if (ns < 0)
+    return -1;
+  attr.userns_fd = (uint64_t) ns;
+  t = (int) syscall(SYS_open_tree, AT_FDCWD, mnt,
+                    OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC);
+  if (t < 0)
+    return dsec_fail(err, errno, "cannot clone %s", mnt);
+  if (syscall(SYS_mount_setattr, t, "", AT_EMPTY_PATH, &attr, sizeof attr) < 0)
+    return dsec_fail(err, errno, "erofs cannot be idmapped here");
+  return 0;
+}
+
+/* Mounts image at ldfd/mnt: from the file itself, else through a loop
+ * device.  *backing and *device (new, or NULL) say which. */
+static int mount_image(const char *image, const char *mnt, const char **backing,
+                       char **device, struct dsec_error **err)
+{
+  const unsigned long flags = MS_RDONLY | MS_NOSUID | MS_NODEV;
+  _cleanup_close_ int img = -1;
+  _cleanup_close_ int loop = -1;
+  _cleanup_free_ char *dev = NULL;
+  const char *force = getenv("DSEC_EROFS_BACKING");
+
+  *device = NULL;
+  if (!force || strcmp(force, "loop") != 0) {
+    if (mount(image, mnt, "erofs", flags, NULL) == 0) {
+      *backing = "file";
+      return 0;
+    }
+    /* ENOTBLK: a kernel that mounts erofs from block devices only */
+    if (errno != ENOTBLK && errno != EINVAL)
+      return dsec_fail(err, errno, "cannot mount %s", image);
+  }
+  img = open(image, O_RDONLY | O_CLOEXEC);
+  if (img < 0)
+    return dsec_fail(err, errno, "cannot open %s", image);
+  dev = loop_ro(img, &loop, err);
+  if (!dev)
+    return -1;
+  if (mount(dev, mnt, "erofs", flags, NULL) < 0)
+    return dsec_fail(err, errno, "cannot mount %s (on %s)", image, dev);
+  *backing = "loop";
+  *device = steal_pointer(&dev);
+  return 0;
+}
+
+/* Mounts the layer at ldfd (run/layers/<hex>) under its exclusive lock. */
+static int mount_layer(int ldfd, const char *ldir, const char *digest,
+                       const char *image, struct dsec_error **err)
+{
+  _cleanup_free_ char *mnt = xasprintf("%s/mnt", ldir);
+  _cleanup_free_ char *dev = NULL;
+  _cleanup_free_ char *now = dsec_time_rfc3339();
+  _cleanup_free_ char *text = NULL;
+  const char *backing = NULL;
+  json_t *rec;
+  int ret;
+
+  if (mkdirat(ldfd, "mnt", 0700) < 0 && errno != EEXIST)
+    return dsec_fail(err, errno, "cannot create %s", mnt);
+  if (mount_image(image, mnt, &backing, &dev, err) < 0)
+    return -1;
+  if (probe_idmap(mnt, err) < 0) {
+    umount2(mnt, MNT_DETACH);
+    return -1;
+  }
+  rec = json_pack("{s:s, s:s, s:s, s:s, s:s}", "digest", digest, "path", mnt,
+                  "image", image, "backing", backing, "mounted", now);
+  if (dev)
+    json_object_set_new(rec, "device", json_string(dev));
+  text = json_dumps(rec, JSON_COMPACT);
+  json_decref(rec);
+  ret = dsec_write_file_replace(ldfd, "mount.json", text, strlen(text), 0600,
+                                err);
+  if (ret < 0)
+    umount2(mnt, MNT_DETACH);
+  return ret;
+}
+
+int dsec_layer_mount_clone(const char *digest, const char *image,
+                           const char **backing, struct dsec_error **err)
+{
+  _cleanup_free_ char *run = dsec_run_dir();
+  _cleanup_free_ char *ldir = NULL;
+  _cleanup_free_ char *mnt = NULL;
+  _cleanup_close_ int lfd = -1;
+  _cleanup_close_ int ldfd = -1;
+  _cleanup_close_ int lock = -1;
+  _cleanup_close_ int bind = -1;
+  const char *hex = dsec_digest_hex(digest);
+  int t;
+
+  if (geteuid() != 0)
+    return dsec_fail(err, EPERM, "mounting erofs needs root");
+  {
+    _cleanup_free_ char *dir = xasprintf("%s/layers", run);
+    if (dsec_private_dir(run, err) < 0 || dsec_private_dir(dir, err) < 0)
+      return -1;
+    /* the bind mount first: what is opened below is seen through it */
+    bind = layers_bind(run, dir, err);
+    if (bind < 0)
+      return -1;
+    lfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (lfd < 0)
+      return dsec_fail(err, errno, "cannot open %s", dir);
+  }
+  ldir = xasprintf("%s/layers/%s", run, hex);
+  mnt = xasprintf("%s/mnt", ldir);
+  if (mkdirat(lfd, hex, 0700) < 0 && errno != EEXIST)
+    return dsec_fail(err, errno, "cannot create %s", ldir);
+  ldfd = openat(lfd, hex, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+  if (ldfd < 0)
+    return dsec_fail(err, errno, "cannot open %s", ldir);
+  /* shared: many sandboxes clone the mount at once; the reaper unmounts
+   * only under the exclusive lock, so a mount seen here stays until the
+   * clone is taken */
+  lock = dsec_lock_at(ldfd, "lock", DSEC_LOCK_SHARED, false, err);
+  if (lock < 0)
+    return -1;
+  for (int tries = 0; !mount_root(ldfd, "mnt"); tries++) {
+    /* the first user mounts it (flock converts in place); a reaper may
+     * unmount it between our locks: then again, once */
+    if (tries == 2)
+      return dsec_fail(err, EAGAIN, "the mount of layer %s keeps going",
+                       digest);
+    if (flock(lock, LOCK_EX) < 0)
+      return dsec_fail(err, errno, "cannot lock %s", ldir);
+    if (!mount_root(ldfd, "mnt") &&
+        mount_layer(ldfd, ldir, digest, image, err) < 0)
+      return dsec_error_wrap(err, "layer %s", digest);
+    if (flock(lock, LOCK_SH) < 0)
+      return dsec_fail(err, errno, "cannot lock %s", ldir);
+  }
+  t = (int) syscall(SYS_open_tree, ldfd, "mnt",
+                    OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC);
+  if (t < 0)
+    return dsec_fail(err, errno, "cannot clone the mount of layer %s", digest);
+  if (backing) {
+    _cleanup_free_ char *buf = dsec_read_file_at(ldfd, "mount.json", 65536,
+                                                 NULL, NULL);
+    _cleanup_json_ json_t *j = buf ? json_loads(buf, 0, NULL) : NULL;
+    const char *b = json_string_value(json_object_get(j, "backing"));
+    *backing = b && strcmp(b, "loop") == 0 ? "loop" : "file";
+  }
+  return t;
+}
+
+void dsec_layer_mounts_detach(const char *run)
+{
+  _cleanup_free_ char *dir = xasprintf("%s/layers", run);
+  /* not a mount point (no layer was ever mounted here): nothing to drop */
+  umount2(dir, MNT_DETACH | UMOUNT_NOFOLLOW);
+}
+
+json_t *dsec_layer_mounts_list(const char *run)
+{
+  _cleanup_free_ char *dir = xasprintf("%s/layers", run);
+  _cleanup_closedir_ DIR *d = opendir(dir);
+  json_t *out = json_array();
+  struct dirent *de;
+
+  while (d && (de = readdir(d))) {
+    _cleanup_free_ char *f = NULL;
+    _cleanup_free_ char *buf = NULL;
+    json_t *j;
+    if (strlen(de->d_name) != DSEC_SHA256_HEX_LEN)
+      continue;
+    f = xasprintf("%s/mnt", de->d_name);
+    if (!mount_root(dirfd(d), f))
+      continue;
+    free(f);
+    f = xasprintf("%s/mount.json", de->d_name);
+    buf = dsec_read_file_at(dirfd(d), f, 65536, NULL, NULL);
+    j = buf ? json_loads(buf, 0, NULL) : NULL;
+    if (!json_is_object(j)) {
+      json_decref(j);
+      j = json_pack("{s:o}", "digest", json_sprintf("sha256:%s", de->d_name));
+    }
+    json_object_set_new(j, "path", json_sprintf("%s/%s/mnt", dir, de->d_name));
+    json_array_append_new(out, j);
+  }
+  return out;
+}
+
+int dsec_layer_unmount(const char *run, const char *hex, bool *busy,
+                       struct dsec_error **err)
+{
+  _cleanup_free_ char *dir = xasprintf("%s/layers", run);
+  _cleanup_free_ char *ldir = xasprintf("%s/%s", dir, hex);
+  _cleanup_free_ char *mnt = xasprintf("%s/mnt", ldir);
+  _cleanup_close_ int ldfd = open(ldir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW |
+                                          O_CLOEXEC);
+  _cleanup_close_ int lock = -1;
+
+  *busy = false;
+  if (ldfd < 0)
+    return errno == ENOENT ? 0 : dsec_fail(err, errno, "cannot open %s", ldir);
+  lock = dsec_lock_at(ldfd, "lock", DSEC_LOCK_EXCLUSIVE, true, err);
+  if (lock < 0) {
+    if (err && *err && (*err)->errnum == EWOULDBLOCK) {
+      dsec_error_free(*err);
+      *err = NULL;
+      *busy = true;
+      return 0;
+    }
+    return -1;
+  }
+  /* detached: a process of ours with its cwd there must not keep the
+   * mount; sandboxes hold clones of their own */
+  if (mount_root(ldfd, "mnt") &&
+      umount2(mnt, MNT_DETACH | UMOUNT_NOFOLLOW) < 0)
+    return dsec_fail(err, errno, "cannot unmount %s", mnt);
+  /* the directory and its lock file stay: a user waiting on the lock
+   * finds no mount and mounts anew */
+  unlinkat(ldfd, "mount.json", 0);
+  return 0;
+}
+
+int dsec_layer_unbind(const char *run, struct dsec_error **err)
+{
+  _cleanup_free_ char *dir = xasprintf("%s/layers", run);
+  _cleanup_close_ int rfd = open(run, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  _cleanup_close_ int lock = -1;
+  _cleanup_closedir_ DIR *d = NULL;
+  struct dirent *de;
+
+  if (rfd < 0 || !mount_root(AT_FDCWD, dir))
+    return 0;
+  lock = dsec_lock_at(rfd, "layers.lock", DSEC_LOCK_EXCLUSIVE, true, err);
+  if (lock < 0) {
+    if (err && *err && (*err)->errnum == EWOULDBLOCK) {
+      dsec_error_free(*err);
+      *err = NULL;
+      return 0; /* a layer is being mounted */
+    }
+    return -1;
+  }
+  d = opendir(dir);
+  while (d && (de = readdir(d))) {
+    _cleanup_free_ char *f = xasprintf("%s/mnt", de->d_name);
+    if (strlen(de->d_name) == DSEC_SHA256_HEX_LEN && mount_root(dirfd(d), f))
+      return 0;
+  }
+  if (umount2(dir, MNT_DETACH | UMOUNT_NOFOLLOW) < 0 && errno != EINVAL)
+    return dsec_fail(err, errno, "cannot unmount %s", dir);
+  return 1;
+}

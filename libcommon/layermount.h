@@ -1,0 +1,58 @@
+/* Layers' EROFS images mounted once per host and shared by every container
+ * and fncall sandbox that uses them.  There is no daemon: the mount of a
+ * layer belongs to the node's $DSEC_RUN, made on first use under a lock,
+ * kept while sandboxes use it, and unmounted by dsec-reap when none does.
+ *
+ *   $DSEC_RUN/layers/              a mount point of its own (a private bind
+ *                                  mount of itself): a supervisor drops
+ *                                  its copy of every host layer mount with
+ *                                  one detach
+ *   $DSEC_RUN/layers/<hex>/lock    flock: shared while a sandbox takes its
+ *                                  clone, exclusive to mount or unmount
+ *   $DSEC_RUN/layers/<hex>/mnt     the image, read-only, nosuid, nodev
+ *   $DSEC_RUN/layers/<hex>/mount.json  what is mounted there, and how
+ *
+ * A sandbox takes a detached clone of the host mount (open_tree with
+ * OPEN_TREE_CLONE), which its supervisor idmaps and attaches in its own
+ * mount namespace: the clone keeps the file system alive, so the host
+ * mount can go while sandboxes still run from it.  The image is mounted
+ * from the file itself where the kernel can (erofs over a file, Linux
+ * 6.12), else through a read-only loop device that detaches itself when
+ * its last mount goes (LO_FLAGS_AUTOCLEAR). */
+#ifndef DSEC_LAYERMOUNT_H
+#define DSEC_LAYERMOUNT_H
+
+#include <stdbool.h>
+
+#include "error.h"
+#include "json.h"
+
+/* A detached clone (new fd, close-on-exec) of this host's mount of the
+ * layer digest's EROFS image (an absolute path), mounted first if it is
+ * not.  A file system just mounted is checked for idmapped mounts.
+ * *backing (optional) gets "file" or "loop" (static). */
+int dsec_layer_mount_clone(const char *digest, const char *image,
+                           const char **backing, struct dsec_error **err);
+
+/* In a supervisor's own mount namespace, once its layers are attached:
+ * drops its copy of every host layer mount (they would keep those file
+ * systems, and their loop devices, alive as long as the sandbox). */
+void dsec_layer_mounts_detach(const char *run);
+
+/* The host's layer mounts under run ($DSEC_RUN): an array of
+ * {"digest", "path", "image", "backing", "device", "mounted"} (new). */
+json_t *dsec_layer_mounts_list(const char *run);
+
+/* Unmounts the host mount of the layer hex (64 hex digits) under run,
+ * unless someone holds its lock (then *busy, and nothing is done).
+ * Sandboxes running from it keep their clones; a loop device under it
+ * detaches itself once the last of them goes. */
+int dsec_layer_unmount(const char *run, const char *hex, bool *busy,
+                       struct dsec_error **err);
+
+/* Once no layer is mounted under run/layers (and none is being mounted),
+ * undoes its bind mount.  Returns 1 when it did, 0 when there was nothing
+ * to do or a layer is mounted. */
+int dsec_layer_unbind(const char *run, struct dsec_error **err);
+
+#endif
