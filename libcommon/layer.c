@@ -1007,6 +1007,12 @@ int dsec_store_export(struct dsec_store *s, const char *ref, const char *file,
 /* Removal. */
 json_t *dsec_sandbox_references(struct dsec_error **err)
 {
+  return dsec_sandbox_references_except(NULL, err);
+}
+
+json_t *dsec_sandbox_references_except(const json_t *skip,
+                                       struct dsec_error **err)
+{
   _cleanup_free_ char *root = dsec_root_dir();
   _cleanup_free_ char *dir = xasprintf("%s/sandboxes", root);
   _cleanup_closedir_ DIR *d = opendir(dir);
@@ -1023,7 +1029,7 @@ json_t *dsec_sandbox_references(struct dsec_error **err)
     size_t len, i;
     const char *img;
 
-    if (de->d_name[0] == '.')
+    if (de->d_name[0] == '.' || json_object_get(skip, de->d_name))
       continue;
     path = xasprintf("%s/%s/environment.json", dir, de->d_name);
     buf = dsec_read_file_at(AT_FDCWD, path, 16 << 20, &len, NULL);

@@ -58,4 +58,9 @@ int dsec_store_rm(struct dsec_store *s, const char *ref, bool force,
  * ref). */
 json_t *dsec_sandbox_references(struct dsec_error **err);
 
+/* The same, leaving out the sandboxes whose ids are keys of skip (a
+ * dry run's sandboxes to be removed). */
+json_t *dsec_sandbox_references_except(const json_t *skip,
+                                       struct dsec_error **err);
+
 #endif

@@ -768,7 +768,9 @@ static int reap_layer_mounts(struct reap *r, struct dsec_error **err)
       return -1;
     return 0;
   }
-  used = dsec_sandbox_references(err);
+  /* a dry run counts the sandboxes it would remove as gone, as the real
+   * run has removed them by now */
+  used = dsec_sandbox_references_except(r->o->dry_run ? r->doomed : NULL, err);
   if (!used)
     return -1;
   json_array_foreach(mounts, i, m)
@@ -1210,7 +1212,7 @@ static json_t *mark_live(struct reap *r, struct dsec_store *s,
 
   if (!refs)
     return NULL;
-  sb = dsec_sandbox_references(err);
+  sb = dsec_sandbox_references_except(r->o->dry_run ? r->doomed : NULL, err);
   if (!sb)
     return NULL;
   live = json_object();
