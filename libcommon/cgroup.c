@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/statfs.h>
 #include <sys/syscall.h>
@@ -18,6 +19,7 @@
 #include <unistd.h>
 
 #include "fsutil.h"
+#include "utils.h"
 #include "log.h"
 
 #define CG_ROOT "/sys/fs/cgroup"
@@ -542,4 +544,41 @@ struct dsec_cgroup *dsec_cgroup_for_id(const char *id)
     }
   }
   return cg;
+}
+
+/* ---- core scheduling */
+
+#ifndef PR_SCHED_CORE
+#define PR_SCHED_CORE 62
+#define PR_SCHED_CORE_CREATE 1
+#endif
+#ifndef PR_SCHED_CORE_SCOPE_THREAD_GROUP
+#define PR_SCHED_CORE_SCOPE_THREAD_GROUP 1
+#endif
+
+int dsec_core_sched_isolate(pid_t pid, char **why)
+{
+  _cleanup_free_ char *smt = dsec_read_file_at(
+    AT_FDCWD, "/sys/devices/system/cpu/smt/active", 64, NULL, NULL);
+
+  *why = NULL;
+  /* without SMT siblings no core is shared: nothing to keep apart */
+  if (smt && smt[0] == '0') {
+    *why = xstrdup("no SMT siblings on this host "
+                   "(/sys/devices/system/cpu/smt/active is 0)");
+    return 0;
+  }
+  if (prctl(PR_SCHED_CORE, PR_SCHED_CORE_CREATE, pid,
+            PR_SCHED_CORE_SCOPE_THREAD_GROUP, 0) == 0)
+    return 1;
+  if (errno == EINVAL) {
+    *why = xstrdup("the kernel has no core scheduling (CONFIG_SCHED_CORE)");
+    return 0;
+  }
+  if (errno == ENODEV) {
+    *why = xstrdup("no SMT siblings on this host");
+    return 0;
+  }
+  *why = xasprintf("prctl(PR_SCHED_CORE): %s", strerror(errno));
+  return -1;
 }

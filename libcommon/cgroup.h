@@ -32,6 +32,15 @@ int dsec_cgroup_create(const char *id, json_t *resources,
                        struct dsec_cgroup **out, struct dsec_error **err);
 int dsec_cgroup_attach(struct dsec_cgroup *cg, pid_t pid,
                        struct dsec_error **err);
+/* Core scheduling for a latency-class sandbox: gives pid's thread group
+ * (and whatever it forks from now on) a core-scheduling cookie of its
+ * own (prctl PR_SCHED_CORE), so that no task of another cookie, a
+ * best-effort sandbox's or another sandbox's, runs on an SMT sibling of
+ * a core it runs on.  Returns 1 when done; 0 when this host cannot (no
+ * SMT siblings, a kernel without CONFIG_SCHED_CORE), with *why (new);
+ * -1 on another failure, with *why too. */
+int dsec_core_sched_isolate(pid_t pid, char **why);
+
 /* OOM kills so far in the memory cgroup (-1 if unknown). */
 int64_t dsec_cgroup_oom_kills(struct dsec_cgroup *cg);
 /* Times the pids limit refused a fork so far (-1 if unknown). */

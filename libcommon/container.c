@@ -1019,6 +1019,8 @@ struct sup {
   char *audit_off;      /* why opens of masked files are not recorded */
   json_t *landlock;     /* what Landlock enforces (init's report), or NULL */
   char *landlock_off;   /* why Landlock is not used at all, or NULL */
+  int core_sched;       /* 1: a core-scheduling cookie of its own */
+  char *core_sched_off; /* why not, for a latency-class sandbox */
   struct init_ctx *xctx; /* what exclusive execs run with (made once) */
   struct dsec_watch w_init, w_fan, w_proxy;
   uid_t base;           /* the sandbox root's host id (0 rootless) */
@@ -1388,6 +1390,15 @@ static int xexec_spawn(struct sup *s, struct dsec_job *j, json_t *msg,
     prctl(PR_SET_PDEATHSIG, SIGKILL);
     if (getppid() != parent || read(go[0], &g, 1) != 1)
       _exit(125);
+    /* init's core-scheduling cookie: this exec shares no core with
+     * another sandbox's tasks either */
+    if (s->core_sched == 1 &&
+        prctl(PR_SCHED_CORE, PR_SCHED_CORE_SHARE_FROM, s->init_pid,
+              PR_SCHED_CORE_SCOPE_THREAD, 0) < 0) {
+      dprintf(fds[2], "dsec: cannot share the sandbox's core-scheduling "
+                      "cookie: %s\n", strerror(errno));
+      _exit(125);
+    }
     /* joined all at once: the user namespace's capabilities for the
      * others; then its root (the others keep their host ids) */
     if (setns(pidfd, CLONE_NEWUSER | CLONE_NEWNS | CLONE_NEWNET |
@@ -2755,6 +2766,10 @@ static int start_init(struct sup *s, struct dsec_error **err)
   }
   if (s->init_pid <= 0)
     return dsec_fail(err, 0, "cannot find the sandbox's init");
+  /* a latency-class sandbox shares no core with another's tasks: init's
+   * cookie goes to every process it starts */
+  if (s->e->spec->resources.klass == DSEC_CLASS_LATENCY)
+    s->core_sched = dsec_core_sched_isolate(s->init_pid, &s->core_sched_off);
   return 0;
 }
 
@@ -2796,6 +2811,11 @@ static json_t *state_fields(struct sup *s)
   if (s->landlock_off)
     json_object_set_new(f, "landlock_unavailable",
                         json_string(s->landlock_off));
+  if (s->core_sched == 1)
+    json_object_set_new(f, "core_sched", json_true());
+  else if (s->core_sched_off)
+    json_object_set_new(f, "core_sched_unavailable",
+                        json_string(s->core_sched_off));
   return f;
 }
 

@@ -1979,6 +1979,23 @@ _Noreturn void dsec_vm_supervisor_main(struct dsec_container_opts *o)
                      "qemu_pid", (int) v->qemu, "idmap", "host_base",
                      (json_int_t) v->host_id, "count",
                      (json_int_t) DSEC_IDRANGE_SIZE);
+  /* what the guest does with its cold memory, as its agent said */
+  if (json_is_string(json_object_get(ready, "damon")))
+    json_object_set(fields, "damon", json_object_get(ready, "damon"));
+  else
+    json_object_set_new(fields, "damon_unavailable",
+                        json_string(json_string_value(json_object_get(
+                          ready, "damon_unavailable")) ?:
+                                      "the guest agent did not say"));
+  /* a latency-class VM's vCPUs share no core with another's tasks */
+  if (e->spec->resources.klass == DSEC_CLASS_LATENCY) {
+    char *why = NULL;
+    if (dsec_core_sched_isolate(v->qemu, &why) == 1)
+      json_object_set_new(fields, "core_sched", json_true());
+    else
+      json_object_set_new(fields, "core_sched_unavailable", json_string(why));
+    free(why);
+  }
   json_decref(ready);
   dsec_vm_boot_free(&boot);
   dsec_store_free(store);

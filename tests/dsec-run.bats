@@ -1037,3 +1037,41 @@ create_many() {
   [ -z "$(ls -A "$DSEC_ROOT/sandboxes")" ]
   sb_assert_clean
 }
+
+@test "core scheduling: a latency-class sandbox gets a cookie of its own (or the record says why not); best-effort gets none" {
+  local id be smt rec
+  id=$(sb_create)
+  rec=$(dsec-run inspect "$id")
+  smt=$(cat /sys/devices/system/cpu/smt/active 2>/dev/null || echo "")
+  if jq -e '.core_sched == true' <<<"$rec"; then
+    # init and a command it runs have the same non-zero cookie, which is
+    # not the test's own (PR_SCHED_CORE_GET, scope thread)
+    run -0 --separate-stderr dsec-run exec "$id" -- sh -c 'sleep 30 >/dev/null 2>&1 &'
+    cookie() {
+      python3 -c 'import ctypes, sys
+libc = ctypes.CDLL(None, use_errno=True)
+c = ctypes.c_ulong(0)
+if libc.prctl(62, 0, int(sys.argv[1]), 0, ctypes.byref(c)) != 0:
+    sys.exit("prctl: %d" % ctypes.get_errno())
+print(c.value)' "$1"
+    }
+    local ipid init mine child
+    ipid=$(jq -r .init_pid <<<"$rec")
+    init=$(cookie "$ipid")
+    mine=$(cookie $$)
+    [ "$init" != 0 ] && [ "$init" != "$mine" ]
+    child=$(awk '{ print $1 }' "/proc/$ipid/task/$ipid/children")
+    [ "$(cookie "$child")" = "$init" ]
+  else
+    jq -e '.core_sched_unavailable | type == "string" and length > 0' <<<"$rec"
+    # this host says why: no SMT, or a kernel without core scheduling
+    if [ "$smt" = 0 ]; then
+      jq -e '.core_sched_unavailable | test("no SMT siblings")' <<<"$rec"
+    fi
+  fi
+  # best-effort sandboxes share the default cookie: neither field
+  be=$(echo '{"image":"busybox:1","resources":{"class":"besteffort"}}' |
+    dsec-run create --spec - | jq -r .id)
+  echo "$be" >>"$SB_IDS"
+  dsec-run inspect "$be" | jq -e 'has("core_sched") or has("core_sched_unavailable") | not'
+}

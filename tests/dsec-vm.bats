@@ -124,6 +124,14 @@ ns_holders() {
   jq -e '.accelerator == "tcg" or .accelerator == "kvm"' <<<"$rec"
   kernel=$(jq -r .kernel <<<"$rec")
   [ -d "/lib/modules/$kernel" ]
+  # DAMON-based reclaim in the guest where its kernel has it, else why not
+  if grep -qs '^CONFIG_DAMON_RECLAIM=y' "/boot/config-$kernel"; then
+    jq -e '.damon == "reclaim"' <<<"$rec"
+  elif ! grep -qs '^CONFIG_DAMON_RECLAIM=m' "/boot/config-$kernel"; then
+    jq -e '.damon_unavailable | test("DAMON")' <<<"$rec"
+  fi
+  # no SMT here, or a kernel without core scheduling: said, not faked
+  jq -e '.core_sched == true or (.core_sched_unavailable | length > 0)' <<<"$rec"
   res=$(dsec-vm exec "$id" -- uname -r)
   jq -e --arg k "$kernel" '.stdout == "\($k)\n" and .exit_code == 0' <<<"$res"
   jq -e --arg a "$(jq -r .accelerator <<<"$rec")" '.accelerator == $a' <<<"$res"

@@ -269,6 +269,7 @@ static void mkdirs(const char *path, mode_t mode)
  * fails the setup: "ready" carries the error and the host ends the VM. */
 static bool restricted;
 static char setup_error[4200];
+static void damon_fields(json_t *m);
 static bool setup_bad_input;
 
 static void protect_and_hide(json_t *setup)
@@ -1301,8 +1302,10 @@ static void handle(json_t *req, const char *payload, size_t plen)
   } else if (strcmp(op, "ping") == 0) {
     struct utsname u;
     uname(&u);
-    send_msg(json_pack("{s:s, s:O, s:s}", "op", "pong", "id", id ? id : json_null(),
-                       "kernel", u.release), NULL, 0, NULL, 0);
+    json_t *m = json_pack("{s:s, s:O, s:s}", "op", "pong", "id",
+                          id ? id : json_null(), "kernel", u.release);
+    damon_fields(m);
+    send_msg(m, NULL, 0, NULL, 0);
   } else if (strcmp(op, "kill") == 0) {
     int sig = (int) json_integer_value(json_object_get(req, "signal"));
     sig = sig > 0 && sig < NSIG ? sig : SIGKILL;
@@ -1542,6 +1545,53 @@ static void serve(void)
   }
 }
 
+/* DAMON-based reclaim: cold pages of the guest are paged out (its
+ * DAMON_RECLAIM module, Linux 5.16), and free page reporting hands what
+ * that frees back to the host.  Watermarks that keep it on whatever the
+ * free memory (an idle guest has much of it), pages cold for 30 s, at
+ * most 1 s of CPU a second (the module's default quota otherwise).
+ * Returns NULL when on, else why not (static). */
+static const char *damon_off; /* why not, or NULL: on */
+
+static const char *damon_reclaim_start(void)
+{
+  static const char *const dir = "/sys/module/damon_reclaim/parameters";
+  static const struct { const char *name, *value; } params[] = {
+    { "min_age", "30000000" }, { "wmarks_high", "1000" },
+    { "wmarks_mid", "999" },   { "wmarks_low", "0" },
+    { "enabled", "Y" },
+  };
+  char path[128];
+
+  snprintf(path, sizeof path, "%s/enabled", dir);
+  if (access(path, W_OK) < 0)
+    return access("/sys/kernel/mm/damon", F_OK) == 0
+             ? "the guest kernel has DAMON but not DAMON_RECLAIM"
+             : "the guest kernel has no DAMON";
+  for (size_t i = 0; i < sizeof params / sizeof params[0]; i++) {
+    int fd;
+    bool ok;
+    snprintf(path, sizeof path, "%s/%s", dir, params[i].name);
+    fd = open(path, O_WRONLY | O_CLOEXEC);
+    ok = fd >= 0 && write(fd, params[i].value, strlen(params[i].value)) ==
+                      (ssize_t) strlen(params[i].value);
+    if (fd >= 0)
+      close(fd);
+    if (!ok)
+      return "the guest's DAMON_RECLAIM refused its parameters";
+  }
+  return NULL;
+}
+
+/* What the guest does with its cold memory, for ready and pong. */
+static void damon_fields(json_t *m)
+{
+  if (damon_off)
+    json_object_set_new(m, "damon_unavailable", json_string(damon_off));
+  else
+    json_object_set_new(m, "damon", json_string("reclaim"));
+}
+
 int main(void)
 {
   json_t *setup;
@@ -1572,6 +1622,7 @@ int main(void)
     sigprocmask(SIG_BLOCK, &mask, NULL);
   }
   load_modules();
+  damon_off = damon_reclaim_start();
   port = open_port(PORT_NAME);
   if (port < 0)
     fatal("no virtio-serial port named " PORT_NAME);
@@ -1589,6 +1640,7 @@ int main(void)
   uname(&u);
   {
     json_t *m = json_pack("{s:s, s:s}", "op", "ready", "kernel", u.release);
+    damon_fields(m);
     if (setup_error[0]) {
       /* the host ends the VM: this sandbox is not what was asked for */
       json_object_set_new(m, "error", json_string(setup_error));

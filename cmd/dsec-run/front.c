@@ -675,7 +675,9 @@ static json_t *sandbox_record(const char *id, json_t *st)
                                       "audit_unavailable",
                                       "landlock_unavailable", "accelerator",
                                       "kernel", "layer_format",
-                                      "erofs_unavailable", NULL };
+                                      "erofs_unavailable", "core_sched",
+                                      "core_sched_unavailable", "damon",
+                                      "damon_unavailable", NULL };
   json_t *why = json_object_get(json_object_get(st, "cgroup"), "unavailable");
   for (const char *const *k = keys; *k; k++) {
     json_t *v = json_object_get(st, *k);
