@@ -17,7 +17,7 @@ PACKAGES="build-essential autoconf automake libtool pkg-config
   libcurl4-openssl-dev libssl-dev clang libclang-rt-14-dev
   bats jq git erofs-utils busybox-static docker-registry skopeo
   zstd xz-utils python3 strace util-linux e2fsprogs iproute2
-  slurmctld slurmd munge slurm-client cpio"
+  slurmctld slurmd munge slurm-client cpio glusterfs-server glusterfs-client"
 # dsec-vm: QEMU and a guest kernel (without their recommends: no GUI, no
 # firmware blobs, no AppArmor)
 VM_PACKAGES="qemu-system-x86 linux-image-amd64"
