@@ -141,6 +141,36 @@ store_bytes() {
   jq_ok '.stdout == "dsec\n"'
 }
 
+@test "fallback: a supervisor keeps none of its creator's descriptors, so serve ends when its input does" {
+  # the layer slots of a directory fallback once kept what the creator had
+  # there: a pipe of serve's, held open by the supervisor, hung serve
+  local id sup fd ids
+  # what the caller has open at 4 and 5 (where the layers' slots are)
+  DSEC_LAYER_FORMAT=dir dsec-run create --image busybox:1 \
+    4>"$BATS_TEST_TMPDIR/held4" 5>"$BATS_TEST_TMPDIR/held5" >"$BATS_TEST_TMPDIR/rec"
+  ids=$(jq -r .id "$BATS_TEST_TMPDIR/rec")
+  echo "$ids" >>"$SB_IDS"
+  # three at once through serve: each request's process has serve's other
+  # pipes open
+  run -0 --separate-stderr env DSEC_LAYER_FORMAT=dir timeout 120 dsec-run serve < <(
+    for r in a b c; do
+      echo '{"op":"create","rid":"'$r'","spec":{"image":"busybox:1"}}'
+    done)
+  jq -r '.id // empty' <<<"$output" >>"$SB_IDS"
+  jq -se 'length == 3 and all(.[]; .layer_format == "dir")' <<<"$output"
+  ids="$ids $(jq -r .id <<<"$output")"
+  # an idle supervisor holds no pipe and nothing of its caller's
+  for id in $ids; do
+    sup=$(dsec-run inspect "$id" | jq -r .supervisor_pid)
+    for fd in /proc/"$sup"/fd/*; do
+      [[ $(readlink "$fd") != pipe:* && $(readlink "$fd") != "$BATS_TEST_TMPDIR"/held* ]] || {
+        echo "$id's supervisor holds $(readlink "$fd") at ${fd##*/}" >&2
+        false
+      }
+    done
+  done
+}
+
 @test "the reaper unmounts layers no sandbox uses, keeps the others; a loop device goes with its last sandbox" {
   local a b img
   # a second layer on top, mounted through a loop device

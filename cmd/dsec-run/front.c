@@ -1052,6 +1052,12 @@ static int create_sandbox(json_t *spec_in, const char *reuse_id,
         _exit(1);
     syscall(SYS_close_range, 4U + (unsigned) (layer_fds ? n_layers : 0), ~0U,
             0U);
+    /* the slots of layers that came as directories (no mount) held the
+     * creator's descriptors: a pipe of serve's kept open there would
+     * never see its end */
+    for (size_t i = 0; layer_fds && i < n_layers; i++)
+      if (layer_fds[i] < 0)
+        close(4 + (int) i);
     co.ready_fd = 3;
     if (vm)
       dsec_vm_supervisor_main(&co);
