@@ -65,8 +65,9 @@ crun_clean() {
   local id
   [[ -f $WORK/crun.ids ]] || return 0
   while read -r id; do
-    crun --root "$CRUN_ROOT" kill "$id" KILL 2>/dev/null
-    crun --root "$CRUN_ROOT" delete --force "$id" 2>/dev/null
+    # gone already, or never made: nothing to do (not a failure)
+    crun --root "$CRUN_ROOT" kill "$id" KILL 2>/dev/null || true
+    crun --root "$CRUN_ROOT" delete --force "$id" 2>/dev/null || true
   done <"$WORK/crun.ids"
   rm -f "$WORK/crun.ids"
 }
