@@ -310,6 +310,9 @@ static void stdin_writable(struct dsec_engine *e, void *p, uint32_t events)
 
 /* No more input for a job that kept its stdin open: closed once what
  * waits is written. */
+static void job_input(struct dsec_engine *e, struct dsec_job *j,
+                      const char *buf, size_t len);
+
 static void job_input_end(struct dsec_engine *e, struct dsec_job *j)
 {
   if (j->in_eof)
@@ -317,6 +320,12 @@ static void job_input_end(struct dsec_engine *e, struct dsec_job *j)
   j->in_eof = true;
   if (e->ops->input) {
     e->ops->input(e, j, NULL, 0);
+    return;
+  }
+  if (j->tty) {
+    /* the end of a terminal's input, as a person says it: ^D (typed
+     * once what waits is; kept until the terminal comes) */
+    job_input(e, j, "\004", 1);
     return;
   }
   if (!j->in_armed && j->in_fd >= 0) {
@@ -341,13 +350,15 @@ static void job_input(struct dsec_engine *e, struct dsec_job *j,
     e->ops->input(e, j, buf, len);
     return;
   }
-  if (j->in_fd < 0)
+  if (j->in_fd < 0 && !(j->tty && !j->tty_up))
     return; /* the shell is gone: its end answers */
   if (j->stdin_off > 0 && j->stdin_off == j->stdin_len)
     j->stdin_off = j->stdin_len = 0;
   j->stdin_data = xrealloc(j->stdin_data, j->stdin_len + len);
   memcpy(j->stdin_data + j->stdin_len, buf, len);
   j->stdin_len += len;
+  if (j->in_fd < 0)
+    return; /* a terminal still to come: typed when it does */
   if (!j->in_armed) {
     j->w_in = (struct dsec_watch){ stdin_writable, j, false };
     j->in_armed = dsec_engine_watch(e, j->in_fd, EPOLLOUT, &j->w_in) == 0;
@@ -411,6 +422,7 @@ void dsec_job_output(struct dsec_engine *e, struct dsec_job *j, int stream,
 
 void dsec_job_tty(struct dsec_engine *e, struct dsec_job *j, int fd)
 {
+  j->tty_up = true;
   if (j->out.fd >= 0) {
     epoll_ctl(e->epfd, EPOLL_CTL_DEL, j->out.fd, NULL);
     close(j->out.fd);

@@ -100,6 +100,7 @@ struct dsec_job {
   struct dsec_copy_job *copy; /* a copy in or out (dsec-run cp) */
   bool tty;               /* on a terminal: its master is out.fd (and in_fd) */
   bool interactive;       /* its client sends input and resizes as it runs */
+  bool tty_up;            /* the terminal's master has come (dsec_job_tty) */
   int kill_sig;           /* what ended it at its deadline (0: SIGKILL) */
   /* sessions: a shell (shell true, a backend job), or a command run in
    * one (the engine's own: no backend job, priv NULL) */

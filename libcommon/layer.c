@@ -161,7 +161,7 @@ int dsec_layer_create(struct dsec_store *s,
                                : open(o->tar, O_RDONLY | O_CLOEXEC);
     struct dsec_blob_writer *w = NULL;
     struct dsec_tar_stats st;
-    struct dsec_tar_policy strict = o->policy;
+    struct dsec_tar_policy strict = o->policy, pol = o->policy;
     const struct dsec_layer_expect x = { NULL, -1, NULL,
                                          DSEC_MT_OCI_LAYER "+zstd" };
 
@@ -169,10 +169,12 @@ int dsec_layer_create(struct dsec_store *s,
       return dsec_error_set(err, errno == ENOENT ? DSEC_EXIT_INPUT
                                                  : DSEC_EXIT_FAILURE,
                             errno, "cannot open %s", o->tar);
+    /* a sandbox's upper directory: its device nodes are refused */
+    pol.refuse_devices = strict.refuse_devices = o->policy.strip_overlay;
     strict.strip_setuid = strict.strip_overlay = false;
     ret = dsec_blob_writer_open(s, &w, err);
     if (ret == 0) {
-      ret = dsec_tar_rewrite(fd, &o->policy, writer_write, w, true, &st, err);
+      ret = dsec_tar_rewrite(fd, &pol, writer_write, w, true, &st, err);
       if (ret < 0)
         dsec_blob_writer_abort(w);
       else

@@ -561,6 +561,9 @@ static int check_entry(struct walk *w, struct archive_entry *e, char **clean,
     }
     case AE_IFCHR:
     case AE_IFBLK:
+      if (p->refuse_devices)
+        return dsec_bad_input(err, "member `%s`: device nodes are not allowed "
+                                   "in a sandbox's layer", raw);
       /* an image's /dev (a sandbox gets its own): counted and dropped,
        * never made on the host nor in an image */
       w->st->device_nodes++;

@@ -33,6 +33,9 @@ struct dsec_tar_policy {
    * user.overlay.*, escaped or not) are removed and counted, not refused;
    * extraction always drops them */
   bool strip_overlay;
+  /* a device node is refused, not dropped: a sandbox's writable layer
+   * (a checkpoint) holds none that the sandbox should keep */
+  bool refuse_devices;
   /* absolute paths the layer must not change (NULL-terminated, may be
    * NULL): a member at or below one, a non-directory at one of its
    * parents, a whiteout of it or of a parent, an opaque marker on it or

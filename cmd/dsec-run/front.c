@@ -3,6 +3,7 @@
 #include "front.h"
 
 #include <dirent.h>
+#include <ctype.h>
 #include <errno.h>
 #include <math.h>
 #include <fcntl.h>
@@ -542,10 +543,18 @@ static int parse(int argc, char **argv, struct opts *o, bool *exit_now)
       json_object_set_new(o->exec, "tty", json_true());
       break;
     case OPT_TTY_SIZE: {
-      unsigned c, r;
-      char x;
-      if (sscanf(optarg, "%ux%u%c", &c, &r, &x) != 2 || c < 1 || r < 1 ||
-          c > 10000 || r > 10000)
+      unsigned long c = 0, r = 0;
+      char *end = NULL;
+      /* digits only: strtoul (and sscanf's %u) would take a sign or
+       * leading blanks, and -4294967216 wraps to 80 */
+      if (isdigit((unsigned char) optarg[0])) {
+        c = strtoul(optarg, &end, 10);
+        if (*end == 'x' && isdigit((unsigned char) end[1]))
+          r = strtoul(end + 1, &end, 10);
+        else
+          end = NULL;
+      }
+      if (!end || *end || c < 1 || r < 1 || c > 10000 || r > 10000)
         return dsec_usage_error("--tty-size takes COLSxROWS, as 120x40");
       json_object_set_new(o->exec, "tty_size", json_pack("[i, i]", (int) c,
                                                          (int) r));
@@ -1897,7 +1906,8 @@ static int do_shell(struct opts *o, int *status, struct dsec_error **err)
   sigemptyset(&mask);
   sigaddset(&mask, SIGWINCH);
   sigprocmask(SIG_BLOCK, &mask, &old);
-  sfd = signalfd(-1, &mask, SFD_CLOEXEC);
+  /* non-blocking: every pending resize is read, then the loop goes on */
+  sfd = signalfd(-1, &mask, SFD_CLOEXEC | SFD_NONBLOCK);
   if (term && tcgetattr(STDIN_FILENO, &saved) == 0) {
     raw = saved;
     cfmakeraw(&raw);

@@ -132,7 +132,7 @@ as_nobody() {
 # --- private directories -----------------------------------------------------
 
 @test "root, run and store directories are private: no other user reaches a lock or a layer" {
-  local layer
+  local layer hex
   sb_create
   [ "$(stat -c %a "$DSEC_ROOT")" = 700 ]
   [ "$(stat -c %a "$DSEC_RUN")" = 700 ]
@@ -143,11 +143,20 @@ as_nobody() {
   run as_nobody flock -n "$DSEC_ROOT/store/locks/gc" true
   [ "$status" -ne 0 ]
   [[ $output == *"Permission denied"* ]]
-  layer=$DSEC_ROOT/store/layers/$(cat "$BATS_FILE_TMPDIR/busybox.layer")/rootfs/bin/busybox
+  # the layer's EROFS image (or, in the fallback, its extracted tree) and
+  # this host's mount of it
+  hex=$(cat "$BATS_FILE_TMPDIR/busybox.layer")
+  layer=$DSEC_ROOT/store/layers/$hex/layer.erofs
+  [ -e "$layer" ] || layer=$DSEC_ROOT/store/layers/$hex/rootfs/bin/busybox
   [ -e "$layer" ]
   run as_nobody stat "$layer"
   [ "$status" -ne 0 ]
   [[ $output == *"Permission denied"* ]]
+  if [ -e "$DSEC_RUN/layers/$hex/mnt/bin/busybox" ]; then
+    run as_nobody stat "$DSEC_RUN/layers/$hex/mnt/bin/busybox"
+    [ "$status" -ne 0 ]
+    [[ $output == *"Permission denied"* ]]
+  fi
   run as_nobody ls "$DSEC_RUN/$SB"
   [ "$status" -ne 0 ]
   # and a sandbox still works
