@@ -8,11 +8,13 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <ftw.h>
+#include <linux/magic.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/random.h>
 #include <sys/stat.h>
+#include <sys/statfs.h>
 #include <sys/xattr.h>
 #include <unistd.h>
 #include <zstd.h>
@@ -281,6 +283,60 @@ static int clean_stale(int dfd, const char *prefix)
   return 0;
 }
 
+/* clean_stale in a directory others write in (/dev/shm): only
+ * directories of our own euid go, a link or another's entry stays. */
+static void clean_own_stale(int dfd, const char *prefix)
+{
+  _cleanup_closedir_ DIR *d = NULL;
+  struct dirent *de;
+  int fd = openat(dfd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+
+  if (fd < 0 || !(d = fdopendir(fd))) {
+    if (fd >= 0)
+      close(fd);
+    return;
+  }
+  while ((de = readdir(d))) {
+    struct stat st;
+    if (dsec_str_has_prefix(de->d_name, prefix) &&
+        fstatat(dfd, de->d_name, &st, AT_SYMLINK_NOFOLLOW) == 0 &&
+        S_ISDIR(st.st_mode) && st.st_uid == geteuid()) {
+      _cleanup_error_ struct dsec_error *e = NULL;
+      dsec_rm_rf_at(dfd, de->d_name, &e);
+    }
+  }
+}
+
+/* /dev/shm (an fd on it), when a layer's scratch tree fits there: a
+ * tmpfs whose free space, and the memory available, are each at least
+ * twice the layer's uncompressed size (plus 256 MiB of memory); else -1.
+ * DSEC_EROFS_SCRATCH=disk keeps the tree in the store. */
+static int scratch_in_memory(json_t *meta)
+{
+  const char *how = getenv("DSEC_EROFS_SCRATCH");
+  uint64_t need = (uint64_t) json_integer_value(
+    json_object_get(meta, "uncompressed_size"));
+  _cleanup_free_ char *mi = NULL;
+  const char *avail;
+  struct statfs sf;
+  int fd;
+
+  if ((how && strcmp(how, "disk") == 0) || need == 0)
+    return -1;
+  fd = open("/dev/shm", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0)
+    return -1;
+  mi = dsec_read_file_at(AT_FDCWD, "/proc/meminfo", 1 << 16, NULL, NULL);
+  avail = mi ? strstr(mi, "MemAvailable:") : NULL;
+  if (fstatfs(fd, &sf) < 0 || sf.f_type != TMPFS_MAGIC ||
+      (uint64_t) sf.f_bavail * (uint64_t) sf.f_bsize / 2 < need || !avail ||
+      strtoull(avail + 13, NULL, 10) * 1024 / 2 < need + (128ull << 20)) {
+    close(fd);
+    return -1;
+  }
+  return fd;
+}
+
 /* Extracts the layer's blob into a new directory under dfd (named
  * "<base>.tmp-XXXXXX"), verifying the blob.  Returns the name (new).
  *
@@ -291,8 +347,8 @@ static int clean_stale(int dfd, const char *prefix)
  * the host sees (rootfs/): those go, unless the layer was trusted with
  * --keep-setuid.  Device nodes are never made.  st (optional) gets what
  * the extraction counted. */
-static char *extract_tmp(struct dsec_store *s, int dfd, const char *base,
-                         const char *digest, json_t *meta,
+static char *extract_tmp(struct dsec_store *s, int dfd, const char *dir,
+                         const char *base, const char *digest, json_t *meta,
                          struct dsec_tar_stats *stp, struct dsec_error **err)
 {
   _cleanup_free_ char *name = NULL;
@@ -301,8 +357,10 @@ static char *extract_tmp(struct dsec_store *s, int dfd, const char *base,
   _cleanup_close_ int fd = -1;
   struct dsec_tar_policy p = { 0 };
   struct dsec_tar_stats st;
-  bool scratch = strcmp(base, "erofs-tree") == 0;
+  bool scratch = strstr(base, "erofs-tree") != NULL;
   uint64_t r;
+
+  (void) s;
 
   if (getrandom(&r, sizeof r, 0) != sizeof r)
     r = (uint64_t) getpid();
@@ -311,7 +369,7 @@ static char *extract_tmp(struct dsec_store *s, int dfd, const char *base,
     dsec_fail(err, errno, "cannot create %s", name);
     return NULL;
   }
-  top = xasprintf("%s/layers/%s/%s", s->path, dsec_digest_hex(digest), name);
+  top = xasprintf("%s/%s", dir, name);
   /* mkdir's mode went through the umask; the root must be 0755 */
   if (scratch) {
     path = xasprintf("%s/tree", top);
@@ -501,8 +559,10 @@ int dsec_layer_materialise(struct dsec_store *s, const char *digest,
                                             : "rootfs.tmp-");
 
   if (fmt == DSEC_FORMAT_DIR) {
-    _cleanup_free_ char *tmp = extract_tmp(s, dfd, "rootfs", digest, meta,
-                                           NULL, err);
+    _cleanup_free_ char *ldir = xasprintf("%s/layers/%s", s->path,
+                                          dsec_digest_hex(digest));
+    _cleanup_free_ char *tmp = extract_tmp(s, dfd, ldir, "rootfs", digest,
+                                           meta, NULL, err);
     if (!tmp)
       return -1;
     if (renameat(dfd, tmp, dfd, "rootfs") < 0) {
@@ -525,16 +585,33 @@ int dsec_layer_materialise(struct dsec_store *s, const char *digest,
      * setuid bits, the image keeps them */
     _cleanup_free_ char *tmp = NULL;
     _cleanup_free_ char *tree = NULL;
+    _cleanup_free_ char *sdir = NULL;
+    _cleanup_free_ char *base = xasprintf("dsec-%s-erofs-tree",
+                                          dsec_digest_hex(digest));
+    _cleanup_close_ int shm = -1;
     struct dsec_tar_stats xs;
-    int ret;
+    int sfd = dfd, ret;
     clean_stale(dfd, "erofs-tree.tmp-");
-    tmp = extract_tmp(s, dfd, "erofs-tree", digest, meta, &xs, err);
+    /* the tree is read once by mkfs.erofs and thrown away: in memory
+     * (/dev/shm) when it fits, so that a conversion writes the image and
+     * nothing else to the disk; in the store otherwise */
+    if ((shm = scratch_in_memory(meta)) >= 0) {
+      /* what a killed conversion of this layer left (we hold its lock):
+       * our own directories only, /dev/shm being everyone's */
+      clean_own_stale(shm, base);
+      sfd = shm;
+      sdir = xstrdup("/dev/shm");
+    } else {
+      free(base);
+      base = xstrdup("erofs-tree");
+      sdir = xasprintf("%s/layers/%s", s->path, dsec_digest_hex(digest));
+    }
+    tmp = extract_tmp(s, sfd, sdir, base, digest, meta, &xs, err);
     if (!tmp)
       return -1;
-    tree = xasprintf("%s/layers/%s/%s/tree", s->path, dsec_digest_hex(digest),
-                     tmp);
+    tree = xasprintf("%s/%s/tree", sdir, tmp);
     ret = make_erofs(s, dfd, digest, tree, &xs, err);
-    dsec_rm_rf_at(dfd, tmp, NULL);
+    dsec_rm_rf_at(sfd, tmp, NULL);
     if (ret < 0)
       return -1;
   }

@@ -127,6 +127,29 @@ store_bytes() {
   [ ! -e "$(store_dir)/layers/$BBHEX/rootfs" ]
 }
 
+@test "a conversion's scratch tree is in memory (/dev/shm) or in the store, and gone after; stale ones of ours go, others' stay" {
+  local l=$(store_dir)/layers/$BBHEX stale=/dev/shm/dsec-$BBHEX-erofs-tree.tmp-stale
+  local foreign=/dev/shm/dsec-$BBHEX-erofs-tree.tmp-foreign
+  # what a killed conversion left, and a look-alike another user made
+  mkdir -p "$stale/tree" "$foreign"
+  chown nobody "$foreign"
+  rm "$l/layer.erofs" "$l/layer.erofs.json"
+  run -0 --separate-stderr dsec-layer materialise --format erofs "$BB"
+  [ -f "$l/layer.erofs" ]
+  [ ! -e "$stale" ] && [ -d "$foreign" ]
+  rmdir "$foreign"
+  [ -z "$(ls -d /dev/shm/dsec-"$BBHEX"-* 2>/dev/null)" ]
+  [ -z "$(ls -d "$l"/*.tmp-* 2>/dev/null)" ]
+  # the same in the store when asked (or when memory is short)
+  rm "$l/layer.erofs" "$l/layer.erofs.json"
+  run -0 --separate-stderr env DSEC_EROFS_SCRATCH=disk dsec-layer materialise --format erofs "$BB"
+  [ -f "$l/layer.erofs" ]
+  [ -z "$(ls -d "$l"/*.tmp-* 2>/dev/null)" ]
+  run -0 --separate-stderr dsec-run create --image busybox:1
+  echo "$output" | jq -r .id >>"$SB_IDS"
+  jq_ok '.layer_format == "erofs"'
+}
+
 @test "fallback: layers as directories when EROFS cannot be used (DSEC_LAYER_FORMAT=dir), said in the record" {
   local id
   DSEC_LAYER_FORMAT=dir run -0 --separate-stderr dsec-run create --image busybox:1
