@@ -1539,7 +1539,8 @@ static int do_rm(struct opts *o, struct dsec_error **err)
     {
       /* a world goes as one: its services, then its agent */
       _cleanup_json_ json_t *members = world_members(id);
-      if (world_refuse_member(id, "rm", &e) < 0 ||
+      /* (--force takes a service alone: what is left of a world) */
+      if ((!o->force && world_refuse_member(id, "rm", &e) < 0) ||
           (members ? world_remove(id, o->force, &e)
                    : dsec_sandbox_stop(id, o->force, &e)) < 0) {
         if (!*err)
