@@ -2038,7 +2038,8 @@ static int world_refuse_member(const char *id, const char *verb,
                         agent, verb);
 }
 
-/* The member of world agent named name ("agent": the agent itself), new
+/* The member of world agent named name ("agent": the sandbox itself,
+ * world or not), new
  * id; bad input when there is none. */
 static char *world_member(const char *agent, const char *name,
                           struct dsec_error **err)
@@ -2046,13 +2047,13 @@ static char *world_member(const char *agent, const char *name,
   _cleanup_json_ json_t *members = world_members(agent);
   json_t *m;
   size_t i;
+  if (strcmp(name, "agent") == 0)
+    return xstrdup(agent);
   if (!members) {
     dsec_bad_input(err, "sandbox %s is no world (its spec has no services)",
                    agent);
     return NULL;
   }
-  if (strcmp(name, "agent") == 0)
-    return xstrdup(agent);
   json_array_foreach(members, i, m)
     if (strcmp(json_string_value(json_object_get(m, "name")) ?: "", name) == 0)
       return xstrdup(json_string_value(json_object_get(m, "id")));
