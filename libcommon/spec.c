@@ -572,8 +572,8 @@ int dsec_spec_validate(json_t *spec, struct dsec_error **err)
       strcmp(json_string_value(json_object_get(spec, "idle_action")) ?: "",
              "suspend") == 0)
     return dsec_bad_input(err, "spec: `idle_action` \"suspend\" of a world "
-                               "is not implemented (a world is not released "
-                               "as one yet)");
+                               "is not implemented (the agent's supervisor "
+                               "would release the agent alone)");
   if (json_object_get(spec, "world") && strcmp(s, "container") != 0)
     return dsec_bad_input(err, "spec: a service runs as a container");
   v = json_object_get(spec, "pmem");

@@ -181,7 +181,10 @@ frozen() {
   dsec-run inspect "$a" | jq -e '.services | length == 2'
   dsec-run inspect "$db" | jq -e --arg a "$a" '.world.agent == $a and .world.service == "db"'
 
-  # events: the world's, each record naming its member
+  # events: the world's, each record naming its member; --follow ends
+  # with the world
+  bg sh -c "timeout 60 dsec-run events --follow $a >'$BATS_TEST_TMPDIR/follow'"
+  local follow=$BG
   run -0 --separate-stderr dsec-run events "$a"
   for s in agent db web; do
     jq -se --arg s "$s" 'any(.[]; .service == $s and .type == "created")' <<<"$output"
@@ -202,6 +205,8 @@ frozen() {
   jq -e '.type == "removed" and (.services | length == 2)' <<<"$output"
   world_gone "$a" "$db" "$web"
   for p in $pids; do sb_wait_dead "$p"; done
+  wait "$follow"
+  jq -se 'any(.[]; .service == "db" and .type == "exec")' "$BATS_TEST_TMPDIR/follow"
   # no process is left in the world's network namespace
   [ -z "$(find /proc/[0-9]*/ns/net -lname "$net" 2>/dev/null)" ]
 }
@@ -222,9 +227,19 @@ frozen() {
   jq -e '.type == "resumed" and (.services | length == 2)' <<<"$output"
   [ "$(xout --service db "$a" -- redis-cli get k)" = before ]
   [ "$(xout "$a" -- redis-cli -h db get k)" = before ]
-  # what is not done for a world yet is refused, not done to the agent
-  run -3 --separate-stderr dsec-run suspend --release "$a"
-  [[ $stderr == *"suspend --release of a world"* ]]
+  # released: every member checkpointed, every process gone; resume boots
+  # the world again, its services ready on their data
+  local sups
+  sups=$(for id in $(dsec-run inspect "$a" | jq -r '.id, .services[].id'); do
+    dsec-run inspect "$id" | jq -r .supervisor_pid
+  done)
+  run -0 --separate-stderr dsec-run suspend --release "$a"
+  jq -e '.released and all(.services[]; .released)' <<<"$output"
+  for p in $sups; do sb_wait_dead "$p"; done
+  run -0 --separate-stderr dsec-run resume "$a"
+  jq -e '.type == "resumed" and .lost == "processes" and (.services | length == 2)' <<<"$output"
+  [ "$(xout --service db "$a" -- redis-cli get k)" = before ]
+  [ "$(xout "$a" -- wget -qO- http://web:8080/)" = "hello from web" ]
 
   # checkpoint: one layer per member
   run -0 --separate-stderr dsec-run checkpoint "$a"

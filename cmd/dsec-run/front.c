@@ -1776,52 +1776,91 @@ static int event_line_cmp(const void *a, const void *b)
   return c ? c : x->seq < y->seq ? -1 : 1;
 }
 
-static int world_events(const char *agent, struct dsec_error **err)
+/* The complete lines of id's events.jsonl from *off on (advanced past
+ * them), appended to *lines. */
+static void world_events_read(const char *id, off_t *off,
+                              struct event_line **lines, size_t *n)
 {
-  _cleanup_json_ json_t *members = world_members(agent);
-  _cleanup_json_ json_t *ids = json_array();
-  struct event_line *lines = NULL;
-  size_t n = 0, i;
-  json_t *m;
-  int ret = 0;
+  _cleanup_free_ char *dir = dsec_sandbox_dir(id);
+  _cleanup_free_ char *path = xasprintf("%s/events.jsonl", dir);
+  _cleanup_close_ int fd = open(path, O_RDONLY | O_CLOEXEC);
+  _cleanup_free_ char *buf = NULL;
+  size_t len = 0, cap = 0, start = 0;
+  ssize_t r;
 
-  json_array_append_new(ids, json_string(agent));
-  json_array_foreach(members, i, m)
-    json_array_append(ids, json_object_get(m, "id"));
-  json_array_foreach(ids, i, m)
-  {
-    _cleanup_free_ char *dir = dsec_sandbox_dir(json_string_value(m));
-    _cleanup_free_ char *path = xasprintf("%s/events.jsonl", dir);
-    FILE *f = fopen(path, "re");
-    char *line = NULL;
-    size_t cap = 0;
-    ssize_t len;
-    if (!f)
+  if (fd < 0 || lseek(fd, *off, SEEK_SET) < 0)
+    return;
+  for (;;) {
+    if (cap - len < 65536)
+      buf = xrealloc(buf, cap = cap * 2 + 65536);
+    r = read(fd, buf + len, cap - len);
+    if (r < 0 && errno == EINTR)
       continue;
-    while ((len = getline(&line, &cap, f)) > 0) {
-      json_t *ev = json_loadb(line, (size_t) len, 0, NULL);
-      const char *t = json_string_value(json_object_get(ev, "time"));
-      lines = xrealloc(lines, sizeof *lines * (n + 1));
-      lines[n].time = xstrdup(t ? t : "");
-      lines[n].line = xstrndup(line, (size_t) len);
-      lines[n].n = (size_t) len;
-      lines[n].seq = n;
-      n++;
-      json_decref(ev);
+    if (r <= 0)
+      break;
+    len += (size_t) r;
+  }
+  for (size_t i = 0; i < len; i++) {
+    json_t *ev;
+    const char *t;
+    if (buf[i] != '\n')
+      continue;
+    ev = json_loadb(buf + start, i - start, 0, NULL);
+    t = json_string_value(json_object_get(ev, "time"));
+    *lines = xrealloc(*lines, sizeof **lines * (*n + 1));
+    (*lines)[*n] = (struct event_line){ xstrdup(t ? t : ""),
+                                        xstrndup(buf + start, i + 1 - start),
+                                        i + 1 - start, *n };
+    (*n)++;
+    json_decref(ev);
+    start = i + 1;
+  }
+  *off += (off_t) start;
+}
+
+/* The world's events (every member's) in the order of their times, and
+ * with follow what comes next, until the agent has ended. */
+static int world_events(const char *agent, bool follow,
+                        struct dsec_error **err)
+{
+  _cleanup_json_ json_t *offs = json_object();
+
+  for (;;) {
+    _cleanup_json_ json_t *members = world_members(agent);
+    _cleanup_json_ json_t *ids = json_array();
+    _cleanup_json_ json_t *st = dsec_sandbox_status(agent, NULL);
+    const char *state = json_string_value(json_object_get(st, "state"));
+    bool ended = !state || (strcmp(state, "running") != 0 &&
+                            strcmp(state, "creating") != 0 &&
+                            strcmp(state, "suspended") != 0);
+    struct event_line *lines = NULL;
+    size_t n = 0, i;
+    json_t *m;
+    int ret = 0;
+
+    json_array_append_new(ids, json_string(agent));
+    json_array_foreach(members, i, m)
+      json_array_append(ids, json_object_get(m, "id"));
+    json_array_foreach(ids, i, m)
+    {
+      const char *id = json_string_value(m);
+      off_t off = (off_t) json_integer_value(json_object_get(offs, id));
+      world_events_read(id, &off, &lines, &n);
+      json_object_set_new(offs, id, json_integer((json_int_t) off));
     }
-    free(line);
-    fclose(f);
+    qsort(lines, n, sizeof *lines, event_line_cmp);
+    for (i = 0; i < n; i++) {
+      if (ret == 0 &&
+          dsec_write_all(STDOUT_FILENO, lines[i].line, lines[i].n, err) < 0)
+        ret = -1;
+      free(lines[i].time);
+      free(lines[i].line);
+    }
+    free(lines);
+    if (ret < 0 || !follow || ended)
+      return ret;
+    usleep(100000);
   }
-  qsort(lines, n, sizeof *lines, event_line_cmp);
-  for (i = 0; i < n; i++) {
-    if (ret == 0 &&
-        dsec_write_all(STDOUT_FILENO, lines[i].line, lines[i].n, err) < 0)
-      ret = -1;
-    free(lines[i].time);
-    free(lines[i].line);
-  }
-  free(lines);
-  return ret;
 }
 
 /* events and trajectory: a sandbox's JSON Lines file, and with --follow
@@ -1836,13 +1875,8 @@ static int do_log(struct opts *o, const char *file, struct dsec_error **err)
 
   if (!id)
     return -1;
-  if (strcmp(file, "events.jsonl") == 0 && world_is(id)) {
-    if (o->follow)
-      return dsec_bad_input(err, "events --follow of a world is not "
-                                 "implemented: follow each member by its id "
-                                 "(inspect lists them)");
-    return world_events(id, err);
-  }
+  if (strcmp(file, "events.jsonl") == 0 && world_is(id))
+    return world_events(id, o->follow, err);
   dir = dsec_sandbox_dir(id);
   path = xasprintf("%s/%s", dir, file);
   fd = open(path, O_RDONLY | O_CLOEXEC);
@@ -2906,6 +2940,18 @@ static int do_checkpoint(struct opts *o, struct dsec_error **err)
   return dsec_json_print_new(res, err);
 }
 
+/* Waits (5 s at most) until the supervisor of id, which is ending, has
+ * exited. */
+static void supervisor_wait_gone(const char *id)
+{
+  _cleanup_json_ json_t *st = dsec_sandbox_status(id, NULL);
+  pid_t sup = (pid_t) json_integer_value(json_object_get(st, "supervisor_pid"));
+  uint64_t start = (uint64_t) json_integer_value(
+    json_object_get(st, "supervisor_start"));
+  for (int i = 0; i < 1000 && dsec_process_alive(sup, start); i++)
+    usleep(5000);
+}
+
 static int do_suspend(struct opts *o, struct dsec_error **err)
 {
   _cleanup_free_ char *id = dsec_sandbox_resolve(o->args[0], err);
@@ -2922,11 +2968,19 @@ static int do_suspend(struct opts *o, struct dsec_error **err)
       json_pack("{s:s, s:b}", "op", "suspend", "release", false);
     _cleanup_json_ json_t *thaw = json_pack("{s:s}", "op", "resume");
     _cleanup_json_ json_t *answers = NULL;
-    if (o->release)
-      return dsec_bad_input(err, "suspend --release of a world is not "
-                                 "implemented: suspend it frozen, or "
-                                 "checkpoint it");
     answers = world_op(id, freeze, false, thaw, err);
+    if (answers && o->release) {
+      /* then each released, the services first: a checkpoint each, every
+       * process gone; resume boots the world again from them */
+      _cleanup_json_ json_t *release =
+        json_pack("{s:s, s:b}", "op", "suspend", "release", true);
+      _cleanup_json_ json_t *frozen = steal_pointer(&answers);
+      json_t *a;
+      size_t i;
+      answers = world_op(id, release, true, NULL, err);
+      json_array_foreach(answers, i, a)
+        supervisor_wait_gone(json_string_value(json_object_get(a, "id")));
+    }
     return answers ? dsec_json_print_new(world_answer(answers), err) : -1;
   }
   req = json_pack("{s:s, s:b}", "op", "suspend", "release", o->release);
@@ -2934,15 +2988,9 @@ static int do_suspend(struct opts *o, struct dsec_error **err)
   json_decref(req);
   if (!res)
     return -1;
-  if (o->release) {
+  if (o->release)
     /* the supervisor tears the sandbox down after answering: wait */
-    _cleanup_json_ json_t *st = dsec_sandbox_status(id, NULL);
-    pid_t sup = (pid_t) json_integer_value(json_object_get(st, "supervisor_pid"));
-    uint64_t start = (uint64_t) json_integer_value(
-      json_object_get(st, "supervisor_start"));
-    for (int i = 0; i < 1000 && dsec_process_alive(sup, start); i++)
-      usleep(5000);
-  }
+    supervisor_wait_gone(id);
   return dsec_json_print_new(res, err);
 }
 
@@ -2992,6 +3040,97 @@ static int resume_vm(const char *id, json_t *st, struct dsec_error **err)
   return dsec_json_print_new(rec, err);
 }
 
+/* A released world booted again: the agent, then each service, each from
+ * its checkpoint, then every service ready again.  On a failure, what
+ * was booted is released again (the world stays released, for another
+ * try). */
+static int resume_world(const char *id, json_t *st, struct dsec_error **err)
+{
+  _cleanup_json_ json_t *members = world_members(id);
+  _cleanup_json_ json_t *agent_spec = read_json_in(id, "spec.json");
+  _cleanup_json_ json_t *rec = NULL;
+  _cleanup_json_ json_t *booted = json_array();
+  json_t *m;
+  size_t i;
+  int ret = -1;
+
+  json_array_foreach(members, i, m)
+  {
+    _cleanup_json_ json_t *ms =
+      dsec_sandbox_status(json_string_value(json_object_get(m, "id")), err);
+    if (!ms)
+      return -1;
+    if (!json_is_true(json_object_get(ms, "released")) ||
+        !json_is_string(json_object_get(ms, "checkpoint")))
+      return dsec_fail(err, 0, "world %s: service %s is %s, not released", id,
+                       json_string_value(json_object_get(m, "name")),
+                       json_string_value(json_object_get(ms, "state")) ?: "?");
+  }
+  {
+    _cleanup_free_ char *out = NULL;
+    json_t *spec = spec_with_layer(
+      id, json_string_value(json_object_get(st, "checkpoint")), err);
+    if (!spec || create_sandbox(spec, id, NULL, NULL, &out, &rec, err) < 0)
+      return -1;
+    json_array_append_new(booted, json_string(id));
+  }
+  json_array_foreach(members, i, m)
+  {
+    const char *mid = json_string_value(json_object_get(m, "id"));
+    _cleanup_json_ json_t *ms = dsec_sandbox_status(mid, err);
+    _cleanup_free_ char *out = NULL;
+    json_t *spec, *mrec = NULL;
+    if (!ms)
+      goto fail;
+    spec = spec_with_layer(
+      mid, json_string_value(json_object_get(ms, "checkpoint")), err);
+    if (!spec || create_sandbox(spec, mid, NULL, NULL, &out, &mrec, err) < 0) {
+      dsec_error_wrap(err, "service %s",
+                      json_string_value(json_object_get(m, "name")));
+      goto fail;
+    }
+    json_decref(mrec);
+    json_array_append_new(booted, json_string(mid));
+  }
+  json_array_foreach(members, i, m)
+  {
+    json_t *svc = NULL, *s;
+    size_t k;
+    json_array_foreach(json_object_get(agent_spec, "services"), k, s)
+      if (json_equal(json_object_get(s, "name"), json_object_get(m, "name")))
+        svc = s;
+    if (svc && service_wait_ready(id, json_string_value(json_object_get(m, "id")),
+                                  svc, err) < 0)
+      goto fail;
+  }
+  json_array_foreach(booted, i, m)
+  {
+    _cleanup_error_ struct dsec_error *e = NULL;
+    json_t *ev = json_pack("{s:s, s:s}", "type", "resumed", "from",
+                           "checkpoint");
+    dsec_event_append(-1, json_string_value(m), ev, &e);
+    json_decref(ev);
+  }
+  json_object_set_new(rec, "type", json_string("resumed"));
+  json_object_set(rec, "checkpoint", json_object_get(st, "checkpoint"));
+  json_object_set_new(rec, "lost", json_string("processes"));
+  json_object_set(rec, "services", members);
+  ret = dsec_json_print_new(steal_pointer(&rec), err);
+  return ret;
+fail:
+  {
+    _cleanup_json_ json_t *release =
+      json_pack("{s:s, s:b}", "op", "suspend", "release", true);
+    for (size_t k = json_array_size(booted); k-- > 0;) {
+      _cleanup_error_ struct dsec_error *e = NULL;
+      const char *b = json_string_value(json_array_get(booted, k));
+      json_decref(supervisor_op(b, release, &e));
+      supervisor_wait_gone(b);
+    }
+  }
+  return -1;
+}
+
 static int do_resume(struct opts *o, struct dsec_error **err)
 {
   _cleanup_free_ char *id = dsec_sandbox_resolve(o->args[0], err);
@@ -3027,6 +3166,8 @@ static int do_resume(struct opts *o, struct dsec_error **err)
   }
   if (json_is_string(json_object_get(st, "snapshot")))
     return resume_vm(id, st, err);
+  if (world_is(id))
+    return resume_world(id, st, err);
   /* released: booted again from its spec and its checkpoint */
   spec = spec_with_layer(id, json_string_value(json_object_get(st, "checkpoint")),
                          err);
