@@ -157,6 +157,11 @@ frozen() {
   # agent's to see or signal, its cgroup and id range are its own
   run -0 xout "$a" -- ps -o comm
   [[ $output != *redis* ]]
+  # the agent can neither take the database's port nor kill it
+  run -1 --separate-stderr dsec-run exec --timeout 5 "$a" -- nc -l -p 6379
+  jq -e '.exit_code == 1 and (.stderr | contains("in use"))' <<<"$output"
+  dsec-run exec "$a" -- kill -9 -1 >/dev/null || true
+  [ "$(xout --service db "$a" -- redis-cli ping)" = PONG ]
   run -0 xout --service db "$a" -- ps -o comm
   [[ $output == *redis* ]] && [[ $output != *httpd* ]]
   for id in "$a" "$db" "$web"; do
