@@ -1599,7 +1599,7 @@ static int do_kill(struct opts *o, struct dsec_error **err)
   req = json_pack("{s:s, s:i}", "op", "kill", "signal", sig);
   res = dsec_conn_call(c, req, err);
   dsec_conn_close(c);
-  if (res && world_members(id)) {
+  if (res && world_is(id)) {
     /* and every service of the world */
     _cleanup_json_ json_t *members = world_members(id);
     json_t *m, *svcs = json_array();
@@ -2130,15 +2130,17 @@ static int world_remove(const char *agent, bool force, struct dsec_error **err)
   return ret;
 }
 
-/* A service's spec from its entry in the agent's spec (new). */
+/* A service's spec from its entry in the agent's spec (new, sharing
+ * nothing with either). */
 static json_t *service_spec(json_t *agent_spec, json_t *svc, const char *agent)
 {
   json_t *names = json_array(), *s;
+  _cleanup_json_ json_t *shared = NULL;
   size_t i;
   json_array_append_new(names, json_string("agent"));
   json_array_foreach(json_object_get(agent_spec, "services"), i, s)
     json_array_append(names, json_object_get(s, "name"));
-  return json_pack(
+  shared = json_pack(
     "{s:s, s:O, s:O, s:O, s:O, s:O, s:O, s:O, s:O, s:O, s:O, s:O,"
     " s:{s:s, s:O, s:O, s:o}}",
     "backend", "container", "image", json_object_get(svc, "image"), "layers",
@@ -2152,6 +2154,7 @@ static json_t *service_spec(json_t *agent_spec, json_t *svc, const char *agent)
     json_object_get(agent_spec, "audit"), "world", "agent", agent, "service",
     json_object_get(svc, "name"), "cmd", json_object_get(svc, "cmd"), "names",
     names);
+  return json_deep_copy(shared);
 }
 
 /* The last of what a service wrote (new string, maybe empty). */
