@@ -256,6 +256,12 @@ frozen() {
   # exec --service names a member the world has
   run -3 --separate-stderr dsec-run exec --service nosuch "$a" -- true
   [[ $stderr == *"has no service \`nosuch\`"* ]]
+  # so do lines of --requests, each to its member
+  printf '%s\n' '{"cmd":["hostname"]}' '{"cmd":["redis-cli","get","k"],"service":"db"}' \
+    '{"cmd":["true"],"service":"nosuch"}' >"$BATS_TEST_TMPDIR/reqs"
+  run -3 --separate-stderr dsec-run exec "$a" --requests "$BATS_TEST_TMPDIR/reqs"
+  [ "$(jq -sc 'map(.stdout)' <<<"$output")" = '["dsec\n","before\n"]' ]
+  [[ $stderr == *"line 3"* ]]
   # serve's exec takes "service" too
   run -0 --separate-stderr dsec-run serve <<<"{\"rid\":1,\"op\":\"exec\",\"id\":\"$a\",\"service\":\"db\",\"cmd\":[\"redis-cli\",\"get\",\"k\"]}"
   jq -e '.stdout == "before\n"' <<<"$output"

@@ -836,6 +836,7 @@ static int create_any(json_t *spec, char **id_out, json_t **record,
                       struct dsec_error **err);
 static json_t *world_members(const char *agent);
 static bool world_is(const char *id);
+static int exec_route(char **id, json_t *req, struct dsec_error **err);
 static json_t *supervisor_op(const char *id, json_t *req,
                              struct dsec_error **err);
 static int world_remove(const char *agent, bool force, struct dsec_error **err);
@@ -1500,7 +1501,20 @@ static int do_requests(const char *id, const char *file, int *status,
       ret = -1;
       break;
     }
-    res = dsec_conn_call(c, req, err);
+    if (json_object_get(req, "service")) {
+      /* a line for a world's service goes there */
+      _cleanup_free_ char *tid = xstrdup(id);
+      if (exec_route(&tid, req, err) < 0) {
+        dsec_error_wrap(err, "%s line %d", file, lineno);
+        ret = -1;
+        break;
+      }
+      if (exec_one(tid, req, &res, err) < 0) {
+        ret = -1;
+        break;
+      }
+    } else
+      res = dsec_conn_call(c, req, err);
     if (!res) {
       (*err)->status = DSEC_EXIT_INTERNAL;
       ret = -1;
