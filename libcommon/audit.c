@@ -46,6 +46,8 @@ static const size_t kind_limits[DSEC_AUDIT_NKINDS] = {
 struct dsec_audit {
   int fd;
   const char *id;
+  char *service;  /* a task world's member: its service name ("agent"
+                   * for the agent), in every record; else NULL */
   int64_t max;
   pthread_mutex_t lock;
   bool truncated; /* audit_truncated was written (or need not be) */
@@ -265,6 +267,8 @@ static char *render(struct dsec_audit *a, json_t *ev, bool first, size_t *len)
   char *s;
   size_t n;
 
+  if (a->service)
+    json_object_set_new(rec, "service", json_string(a->service));
   json_object_update_missing(rec, ev);
   if (first)
     json_object_set_new(rec, "first", json_true());
@@ -280,6 +284,8 @@ static char *render(struct dsec_audit *a, json_t *ev, bool first, size_t *len)
                              "record_bytes", (json_int_t) n + 1);
     if (json_is_integer(seq) || json_is_null(seq))
       json_object_set(stub, "seq", seq);
+    if (a->service)
+      json_object_set_new(stub, "service", json_string(a->service));
     free(s);
     s = json_dumps(stub, JSON_COMPACT);
     json_decref(stub);
@@ -458,6 +464,14 @@ struct dsec_audit *dsec_audit_new(int fd, const char *id, json_t *spec,
   a->fd = fd;
   a->id = id;
   a->max = dsec_audit_max_bytes(spec);
+  {
+    const char *svc = json_string_value(
+      json_object_get(json_object_get(spec, "world"), "service"));
+    if (svc)
+      a->service = xstrdup(svc);
+    else if (json_array_size(json_object_get(spec, "services")))
+      a->service = xstrdup("agent");
+  }
   pthread_mutex_init(&a->lock, NULL);
   if (getrandom(a->key, sizeof a->key, 0) != sizeof a->key) {
     /* not secret then, but still a sandbox's own */
@@ -482,6 +496,7 @@ void dsec_audit_free(struct dsec_audit *a)
   for (size_t i = 0; i < a->ndropped; i++)
     free(a->dropped[i].type);
   free(a->seen);
+  free(a->service);
   pthread_mutex_destroy(&a->lock);
   free(a);
 }

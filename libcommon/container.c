@@ -377,6 +377,47 @@ static void protect_and_hide(json_t *spec, int sock)
   }
 }
 
+/* A task world's member: every member's name in /etc/hosts, on the
+ * world's one loopback (the agent: "agent" and its services' names; a
+ * service: world.names).  Written inside the sandbox's own root, as its
+ * root: a link there points into the sandbox, never out of it. */
+static void world_hosts(json_t *spec, int sock)
+{
+  json_t *names = json_object_get(json_object_get(spec, "world"), "names");
+  json_t *svcs = json_object_get(spec, "services"), *v;
+  _cleanup_free_ char *line = xstrdup("127.0.0.1\tlocalhost");
+  size_t i;
+  int fd;
+
+  if (!names && !svcs)
+    return;
+  if (svcs) {
+    char *l = xasprintf("%s agent", line);
+    free(line);
+    line = l;
+  }
+  json_array_foreach(svcs ? svcs : names, i, v)
+  {
+    const char *n = json_string_value(svcs ? json_object_get(v, "name") : v);
+    char *l = xasprintf("%s %s", line, n);
+    free(line);
+    line = l;
+  }
+  {
+    char *l = xasprintf("%s\n::1\tlocalhost ip6-localhost ip6-loopback\n",
+                        line);
+    free(line);
+    line = l;
+  }
+  mkdirs("/etc", 0755);
+  unlink("/etc/hosts");
+  fd = open("/etc/hosts", O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC,
+            0644);
+  if (fd < 0 || dsec_write_all(fd, line, strlen(line), NULL) < 0)
+    die_init(sock, "cannot write /etc/hosts");
+  close(fd);
+}
+
 /* init's own setup, in the new namespaces, starting in the sandbox's root
  * (stage1 entered it through a descriptor, so no host path has to be
  * traversable by the sandbox's unprivileged host uid). */
@@ -405,8 +446,12 @@ static void init_setup(struct init_ctx *c, json_t *spec)
   if (mount_in_root("proc", "proc", MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV |
                                         MOUNT_ATTR_NOEXEC) < 0)
     die_init(c->sock, "cannot mount /proc");
-  if (mount_in_root("sysfs", "sys", MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID |
-                                        MOUNT_ATTR_NODEV | MOUNT_ATTR_NOEXEC) < 0)
+  /* a world's service is in the agent's network namespace, which is not
+   * its user namespace's: the kernel ties sysfs to the network namespace
+   * and refuses it one; it gets an empty read-only /sys */
+  if (mount_in_root(json_object_get(spec, "world") ? "tmpfs" : "sysfs", "sys",
+                    MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV |
+                      MOUNT_ATTR_NOEXEC) < 0)
     die_init(c->sock, "cannot mount /sys");
   if (syscall(SYS_pivot_root, ".", ".") < 0 || umount2(".", MNT_DETACH) < 0 ||
       chdir("/") < 0)
@@ -423,6 +468,7 @@ static void init_setup(struct init_ctx *c, json_t *spec)
 
   if (sethostname("dsec", 4) < 0)
     die_init(c->sock, "cannot set the host name");
+  world_hosts(spec, c->sock);
   dsec_guest_loopback_up();
   if (c->fncall) {
     /* calls share nothing: the root is read-only, each call gets its own
@@ -817,6 +863,8 @@ struct stage1_args {
   bool fncall;
   uid_t owner;   /* the host id that creates (owns) the user namespace;
                   * 0: the supervisor made it (rootless) */
+  int netns_fd;  /* a world's service: its world's network namespace (the
+                  * agent's), joined instead of a new one; else -1 */
 };
 
 /* Landlock, once every mount is made: the container's init restricts
@@ -912,7 +960,9 @@ _Noreturn static void run_init(struct stage1_args *a)
     const char *mode = json_string_value(json_object_get(
       json_object_get(a->spec, "network"), "mode"));
     int lfd = -1;
-    if (mode && strcmp(mode, "proxy") == 0) {
+    /* (a world's service shares the agent's loopback, and its proxy) */
+    if (mode && strcmp(mode, "proxy") == 0 &&
+        !json_object_get(a->spec, "world")) {
       struct sockaddr_in sa = { .sin_family = AF_INET,
                                 .sin_port = htons(DSEC_PROXY_PORT),
                                 .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
@@ -942,6 +992,15 @@ _Noreturn static void stage1(struct stage1_args *a)
               CLONE_NEWUTS | CLONE_NEWCGROUP;
 
   prctl(PR_SET_PDEATHSIG, SIGKILL);
+  if (a->netns_fd >= 0) {
+    /* a world's service: the world's network (the agent's namespace),
+     * joined while we are still the host's root; the rest of the
+     * namespaces are its own */
+    if (setns(a->netns_fd, CLONE_NEWNET) < 0)
+      die_init(a->sock, "cannot join the world's network");
+    close(a->netns_fd);
+    flags &= ~CLONE_NEWNET;
+  }
   if (a->owner) {
     /* The user namespace is made as the sandbox's own host id, never as
      * root: per-user kernel limits (inotify instances and watches, POSIX
@@ -2609,6 +2668,42 @@ static int own_namespaces(struct sup *s, struct dsec_error **err)
   return 0;
 }
 
+/* The network namespace of a world whose agent is the sandbox agent: its
+ * init's, while its supervisor lives (an fd), or -1 and *err. */
+static int world_netns(const char *agent, struct dsec_error **err)
+{
+  _cleanup_json_ json_t *st = NULL;
+  _cleanup_free_ char *path = NULL;
+  const char *state;
+  pid_t init;
+  int fd;
+
+  if (!dsec_sandbox_id_valid(agent))
+    return dsec_bad_input(err, "world: `%s` is no sandbox id", agent);
+  st = dsec_sandbox_status(agent, err);
+  if (!st)
+    return dsec_error_wrap(err, "the world's agent");
+  state = json_string_value(json_object_get(st, "state"));
+  init = (pid_t) json_integer_value(json_object_get(st, "init_pid"));
+  if (!state || strcmp(state, "running") != 0 || init <= 0)
+    return dsec_fail(err, 0, "the world's agent %s is %s", agent,
+                     state ? state : "unknown");
+  path = xasprintf("/proc/%d/ns/net", (int) init);
+  fd = open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0)
+    return dsec_fail(err, errno, "cannot open the world's network (%s)", path);
+  /* the init we opened is still the agent's: its supervisor lives */
+  {
+    _cleanup_json_ json_t *again = dsec_sandbox_status(agent, NULL);
+    if (!again || strcmp(json_string_value(json_object_get(again, "state"))
+                           ?: "", "running") != 0) {
+      close(fd);
+      return dsec_fail(err, 0, "the world's agent %s ended", agent);
+    }
+  }
+  return fd;
+}
+
 /* 3. stage1, which makes the sandbox's user namespace as the sandbox's
  * own host id, and its maps: root inside is the first id of the range. */
 static int start_stage1(struct sup *s, json_t *spec, struct dsec_error **err)
@@ -2641,12 +2736,23 @@ static int start_stage1(struct sup *s, json_t *spec, struct dsec_error **err)
   a.spec = spec;
   a.fncall = s->fncall;
   a.owner = s->rootless ? 0 : s->base;
+  a.netns_fd = -1;
+  if (s->e->spec->world.agent) {
+    a.netns_fd = world_netns(s->e->spec->world.agent, err);
+    if (a.netns_fd < 0) {
+      close(ip[0]);
+      close(ip[1]);
+      return -1;
+    }
+  }
   s->stage1_pid = (pid_t) syscall(SYS_clone, SIGCHLD, NULL, NULL, NULL, 0);
   if (s->stage1_pid == 0) {
     close(ip[0]);
     stage1(&a);
   }
   close(ip[1]);
+  if (a.netns_fd >= 0)
+    close(a.netns_fd);
   s->isock = ip[0];
   if (s->stage1_pid < 0)
     return dsec_fail(err, errno, "cannot start the sandbox");

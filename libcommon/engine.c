@@ -15,6 +15,7 @@
 #include <sys/prctl.h>
 #include <sys/random.h>
 #include <sys/signalfd.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -46,6 +47,7 @@ void dsec_engine_init(struct dsec_engine *e, struct dsec_container_opts *o,
   e->dir = dsec_sandbox_dir(o->id);
   e->run = dsec_sandbox_run_dir(o->id);
   e->epfd = e->sfd = e->lsock = e->run_fd = e->events_fd = -1;
+  e->service_log_fd = e->world_pidfd = -1;
   e->traj.fd = -1;
   e->ready_fd = o->ready_fd;
   e->start_ms = e->last_activity_ms = now_ms();
@@ -225,6 +227,21 @@ static void copy_out_data(struct dsec_job *j, const char *buf, size_t n);
 static bool copy_out_tee(struct dsec_capture *c);
 static void copy_resume(struct dsec_engine *e, struct dsec_job *j);
 
+/* What a world's service writes, in service.log within its budget; what
+ * goes beyond is counted. */
+static void service_log(struct dsec_engine *e, const char *buf, size_t n)
+{
+  if (e->service_log_fd < 0)
+    return;
+  if (e->service_log_bytes < DSEC_SERVICE_LOG_MAX) {
+    size_t w = n;
+    if (e->service_log_bytes + w > DSEC_SERVICE_LOG_MAX)
+      w = (size_t) (DSEC_SERVICE_LOG_MAX - e->service_log_bytes);
+    dsec_write_all(e->service_log_fd, buf, w, NULL);
+  }
+  e->service_log_bytes += n;
+}
+
 /* Output of an exec: kept within the cap; a streaming client gets what
  * the cap keeps, no more (the result counts the rest).  A session's
  * shell's output is its commands'. */
@@ -232,6 +249,11 @@ static void capture_add(struct dsec_job *j, struct dsec_capture *c,
                         const char *buf, size_t n)
 {
   uint64_t before = c->k.total;
+  if (j->daemon) {
+    /* a service's output goes to its log, kept to the budget */
+    service_log(j->daemon, buf, n);
+    return;
+  }
   if (j->shell) {
     if (j->sess)
       session_output(j->sess, c == &j->err, buf, n);
@@ -490,6 +512,9 @@ static void jobs_remove(struct dsec_engine *e, struct dsec_job *j)
     }
 }
 
+static void service_ended(struct dsec_engine *e, struct dsec_job *j,
+                          const struct dsec_job_end *end);
+
 void dsec_job_finish(struct dsec_engine *e, struct dsec_job *j,
                      const struct dsec_job_end *end)
 {
@@ -498,6 +523,10 @@ void dsec_job_finish(struct dsec_engine *e, struct dsec_job *j,
 
   capture_read(&j->out);
   capture_read(&j->err);
+  if (j->daemon) {
+    service_ended(e, j, end);
+    return;
+  }
   if (j->shell) {
     /* a session's shell: its command (if one ran) answers */
     jobs_remove(e, j);
@@ -2397,6 +2426,100 @@ static void engine_timers(struct dsec_engine *e)
   }
 }
 
+/* ---- a task world's service: its command, started with the sandbox,
+ * its output in service.log; its end is an event and a state field (the
+ * sandbox stays, for the grader to look at); the end of the world's
+ * agent is the service's. */
+
+static void service_ended(struct dsec_engine *e, struct dsec_job *j,
+                          const struct dsec_job_end *end)
+{
+  json_t *ex = json_pack("{s:s}", "type", "service_exited");
+  if (end->error)
+    json_object_set_new(ex, "error", json_string(end->error));
+  else if (WIFSIGNALED(end->status))
+    json_object_set_new(ex, "signal", json_integer(WTERMSIG(end->status)));
+  else
+    json_object_set_new(ex, "exit_code",
+                        json_integer(WEXITSTATUS(end->status)));
+  json_object_set_new(e->state, "service_exited", json_deep_copy(ex));
+  json_object_del(json_object_get(e->state, "service_exited"), "type");
+  dsec_engine_write_state(e);
+  dsec_engine_event(e, ex);
+  jobs_remove(e, j);
+  e->nshells--;
+  j->daemon = NULL;
+  job_free(e, j);
+}
+
+static int service_start(struct dsec_engine *e, struct dsec_error **err)
+{
+  _cleanup_free_ char *path = xasprintf("%s/service.log", e->dir);
+  struct dsec_job *j;
+  json_t *argv = json_array();
+
+  e->service_log_fd = open(path, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC,
+                           0600);
+  if (e->service_log_fd < 0)
+    return dsec_fail(err, errno, "cannot open %s", path);
+  for (size_t i = 0; i < e->spec->world.cmd.n; i++)
+    json_array_append_new(argv, json_string(e->spec->world.cmd.v[i]));
+  j = job_new(e);
+  j->shell = true;
+  j->daemon = e;
+  j->cap = SHELL_CAP;
+  j->req = json_pack("{s:o, s:s, s:s, s:{}, s:i, s:I}", "cmd", argv, "stdin",
+                     "", "workdir", e->spec->workdir, "env", "timeout_s", 0,
+                     "max_output_bytes", (json_int_t) SHELL_CAP);
+  j->start = now_ms();
+  jobs_add(e, j);
+  e->nshells++;
+  if (job_launch(e, j, err) < 0) {
+    jobs_remove(e, j);
+    e->nshells--;
+    j->daemon = NULL;
+    job_free(e, j);
+    return dsec_error_wrap(err, "service %s", e->spec->world.service);
+  }
+  return 0;
+}
+
+/* The world's agent's supervisor ended: unless it was released (the
+ * world's suspend releases every member itself), the service ends too. */
+static void world_agent_gone(struct dsec_engine *e, void *p, uint32_t events)
+{
+  _cleanup_json_ json_t *st = dsec_sandbox_status(e->spec->world.agent, NULL);
+  const char *state = json_string_value(json_object_get(st, "state"));
+  (void) p, (void) events;
+  epoll_ctl(e->epfd, EPOLL_CTL_DEL, e->world_pidfd, NULL);
+  e->w_world.dead = true;
+  if (state && strcmp(state, "suspended") == 0 &&
+      json_is_true(json_object_get(st, "released")))
+    return;
+  dsec_engine_end(e, "stopped", "the world's agent ended");
+}
+
+static int world_watch(struct dsec_engine *e, struct dsec_error **err)
+{
+  _cleanup_json_ json_t *st = dsec_sandbox_status(e->spec->world.agent, err);
+  pid_t sup;
+  uint64_t start;
+
+  if (!st)
+    return dsec_error_wrap(err, "the world's agent");
+  sup = (pid_t) json_integer_value(json_object_get(st, "supervisor_pid"));
+  start = (uint64_t) json_integer_value(json_object_get(st, "supervisor_start"));
+  e->world_pidfd = (int) syscall(SYS_pidfd_open, sup, 0);
+  if (e->world_pidfd < 0 || !dsec_process_alive(sup, start))
+    return dsec_fail(err, errno, "the world's agent %s is gone",
+                     e->spec->world.agent);
+  fcntl(e->world_pidfd, F_SETFD, FD_CLOEXEC);
+  e->w_world = (struct dsec_watch){ world_agent_gone, NULL, false };
+  if (dsec_engine_watch(e, e->world_pidfd, EPOLLIN, &e->w_world) < 0)
+    return dsec_fail(err, errno, "cannot watch the world's agent");
+  return 0;
+}
+
 /* ---- serving */
 
 _Noreturn void dsec_engine_serve(struct dsec_engine *e, json_t *fields,
@@ -2444,6 +2567,15 @@ _Noreturn void dsec_engine_serve(struct dsec_engine *e, json_t *fields,
     }
     sessions_adopt(e, old);
   }
+  if (e->spec->world.agent &&
+      (world_watch(e, &err) < 0 || service_start(e, &err) < 0)) {
+    json_decref(event);
+    dsec_engine_fail(e, err);
+  }
+  if (e->spec->world.agent)
+    json_object_set_new(e->state, "world",
+                        json_pack("{s:s, s:s}", "agent", e->spec->world.agent,
+                                  "service", e->spec->world.service));
   dsec_engine_write_state(e);
   dsec_engine_event(e, event);
   /* idle from now on: a boot is not idleness */

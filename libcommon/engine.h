@@ -101,6 +101,9 @@ struct dsec_job {
   bool tty;               /* on a terminal: its master is out.fd (and in_fd) */
   bool interactive;       /* its client sends input and resizes as it runs */
   bool tty_up;            /* the terminal's master has come (dsec_job_tty) */
+  /* a world's service's command: its engine (the job is also a shell, so
+   * idle timers do not count it; its output goes to service.log), or NULL */
+  struct dsec_engine *daemon;
   int kill_sig;           /* what ended it at its deadline (0: SIGKILL) */
   /* sessions: a shell (shell true, a backend job), or a command run in
    * one (the engine's own: no backend job, priv NULL) */
@@ -205,7 +208,16 @@ struct dsec_engine {
   const struct dsec_backend_ops *ops;
   void *b;                    /* the backend's state */
   struct dsec_watch w_listen, w_signal;
+  /* a task world's service: its command's output (service.log, within
+   * DSEC_SERVICE_LOG_MAX), and the agent's supervisor, whose end (but a
+   * release) ends the service */
+  int service_log_fd;
+  uint64_t service_log_bytes;
+  int world_pidfd;
+  struct dsec_watch w_world;
 };
+
+#define DSEC_SERVICE_LOG_MAX (1u << 20)
 
 /* Sets up what every supervisor has before its backend starts the
  * sandbox: the process (name, signals, standard streams), the sandbox's

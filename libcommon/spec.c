@@ -371,13 +371,166 @@ static int check_audit(json_t *spec, struct dsec_error **err)
   return 0;
 }
 
+bool dsec_service_name_ok(const char *n)
+{
+  size_t len = n ? strlen(n) : 0;
+  if (len == 0 || len > 32 || !islower((unsigned char) n[0]))
+    return false;
+  for (size_t i = 0; i < len; i++)
+    if (!islower((unsigned char) n[i]) && !isdigit((unsigned char) n[i]) &&
+        n[i] != '-')
+      return false;
+  return strcmp(n, "agent") != 0 && strcmp(n, "localhost") != 0;
+}
+
+/* A non-empty array of strings at obj[key] (field names it). */
+static int want_argv(json_t *obj, const char *key, const char *field,
+                     struct dsec_error **err)
+{
+  json_t *a = json_object_get(obj, key), *v;
+  size_t i;
+  if (!json_is_array(a) || json_array_size(a) == 0 ||
+      json_array_size(a) > 4096)
+    return dsec_bad_input(err, "spec: `%s` must be a non-empty array of "
+                               "strings", field);
+  json_array_foreach(a, i, v)
+    if (!json_is_string(v))
+      return dsec_bad_input(err, "spec: `%s[%zu]` must be a string", field, i);
+  return 0;
+}
+
+/* ready: {"tcp": PORT} or {"cmd": [...]}, and "timeout_s" (default 60). */
+static int check_ready(json_t *svc, const char *field, struct dsec_error **err)
+{
+  static const char *const keys[] = { "tcp", "cmd", "timeout_s", NULL };
+  json_t *r = json_object_get(svc, "ready");
+  _cleanup_free_ char *f = xasprintf("%s.ready", field);
+  _cleanup_free_ char *ft = xasprintf("%s.ready.timeout_s", field);
+  _cleanup_free_ char *fp = xasprintf("%s.ready.tcp", field);
+  _cleanup_free_ char *fc = xasprintf("%s.ready.cmd", field);
+
+  if (!r || json_is_null(r)) {
+    json_object_del(svc, "ready");
+    return 0;
+  }
+  if (want_type(r, JSON_OBJECT, f, "an object", err) < 0 ||
+      only_keys(r, f, keys, err) < 0 ||
+      want_uint(r, "tcp", fp, 1, 65535, err) < 0 ||
+      want_uint(r, "timeout_s", ft, 1, 3600, err) < 0)
+    return -1;
+  if (json_object_get(r, "cmd") && want_argv(r, "cmd", fc, err) < 0)
+    return -1;
+  if (!json_object_get(r, "tcp") == !json_object_get(r, "cmd"))
+    return dsec_bad_input(err, "spec: `%s` needs one of `tcp` and `cmd`", f);
+  if (!json_object_get(r, "timeout_s"))
+    json_object_set_new(r, "timeout_s",
+                        json_integer(DSEC_SERVICE_READY_TIMEOUT_S));
+  return 0;
+}
+
+/* services: each a sandbox of its own in the agent's world, checked as a
+ * spec of its own would be (its fields, with the same defaults). */
+static int check_services(json_t *spec, struct dsec_error **err)
+{
+  static const char *const keys[] = { "name", "image", "layers", "cmd",
+                                      "env", "workdir", "user", "resources",
+                                      "ready", "protect", "hide", NULL };
+  json_t *a = json_object_get(spec, "services"), *svc;
+  size_t i;
+
+  if (!a || json_is_null(a) ||
+      (json_is_array(a) && json_array_size(a) == 0)) {
+    json_object_del(spec, "services");
+    return 0;
+  }
+  if (want_type(a, JSON_ARRAY, "services", "an array of objects", err) < 0)
+    return -1;
+  if (json_array_size(a) > DSEC_SERVICES_MAX)
+    return dsec_bad_input(err, "spec: more than %d services",
+                          DSEC_SERVICES_MAX);
+  json_array_foreach(a, i, svc)
+  {
+    _cleanup_free_ char *field = xasprintf("services[%zu]", i);
+    _cleanup_free_ char *fcmd = xasprintf("services[%zu].cmd", i);
+    const char *name = json_string_value(json_object_get(svc, "name"));
+    _cleanup_json_ json_t *sub = NULL;
+    if (!json_is_object(svc))
+      return dsec_bad_input(err, "spec: `%s` must be an object", field);
+    if (only_keys(svc, field, keys, err) < 0)
+      return -1;
+    if (!dsec_service_name_ok(name))
+      return dsec_bad_input(err, "spec: `%s.name` must be 1 to 32 characters "
+                                 "[a-z0-9-] starting with a letter, not "
+                                 "\"agent\" or \"localhost\"", field);
+    for (size_t k = 0; k < i; k++)
+      if (strcmp(json_string_value(json_object_get(json_array_get(a, k),
+                                                   "name")), name) == 0)
+        return dsec_bad_input(err, "spec: two services are named `%s`", name);
+    if (want_argv(svc, "cmd", fcmd, err) < 0 || check_ready(svc, field, err) < 0)
+      return -1;
+    /* the rest as a spec of its own says it, defaults filled in */
+    sub = json_pack("{s:O*, s:O*, s:O*, s:O*, s:O*, s:O*, s:O*, s:O*}",
+                    "image", json_object_get(svc, "image"), "layers",
+                    json_object_get(svc, "layers"), "env",
+                    json_object_get(svc, "env"), "workdir",
+                    json_object_get(svc, "workdir"), "user",
+                    json_object_get(svc, "user"), "resources",
+                    json_object_get(svc, "resources"), "protect",
+                    json_object_get(svc, "protect"), "hide",
+                    json_object_get(svc, "hide"));
+    if (dsec_spec_validate(sub, err) < 0)
+      return dsec_error_wrap(err, "%s (%s)", field, name);
+    {
+      static const char *const copied[] = { "image", "layers", "env",
+                                            "workdir", "user", "resources",
+                                            "protect", "hide" };
+      for (size_t k = 0; k < ARRAY_SIZE(copied); k++)
+        json_object_set(svc, copied[k], json_object_get(sub, copied[k]));
+    }
+  }
+  return 0;
+}
+
+/* world: what a service's spec says of its world (set by the creator). */
+static int check_world(json_t *spec, struct dsec_error **err)
+{
+  static const char *const keys[] = { "agent", "service", "cmd", "names",
+                                      NULL };
+  json_t *w = json_object_get(spec, "world"), *v;
+  size_t i;
+
+  if (!w || json_is_null(w)) {
+    json_object_del(spec, "world");
+    return 0;
+  }
+  if (want_type(w, JSON_OBJECT, "world", "an object", err) < 0 ||
+      only_keys(w, "world", keys, err) < 0)
+    return -1;
+  if (!json_is_string(json_object_get(w, "agent")) ||
+      strlen(json_string_value(json_object_get(w, "agent"))) > 64 ||
+      !dsec_service_name_ok(json_string_value(json_object_get(w, "service"))))
+    return dsec_bad_input(err, "spec: `world` needs `agent` (an id) and "
+                               "`service` (a service name)");
+  if (want_argv(w, "cmd", "world.cmd", err) < 0 ||
+      want_argv(w, "names", "world.names", err) < 0)
+    return -1;
+  json_array_foreach(json_object_get(w, "names"), i, v)
+    if (strcmp(json_string_value(v), "agent") != 0 &&
+        !dsec_service_name_ok(json_string_value(v)))
+      return dsec_bad_input(err, "spec: `world.names[%zu]` is no service name",
+                            i);
+  if (json_object_get(spec, "services"))
+    return dsec_bad_input(err, "spec: a service cannot have services");
+  return 0;
+}
+
 int dsec_spec_validate(json_t *spec, struct dsec_error **err)
 {
   static const char *const keys[] = {
     "backend", "image",    "layers", "resources",   "network",
     "mounts",  "protect",  "hide",   "env",         "workdir",
     "user",    "ttl_s",    "idle_timeout_s",        "idle_action",
-    "labels",  "name",     "pmem",  "audit", NULL,
+    "labels",  "name",     "pmem",  "audit", "services", "world", NULL,
   };
   const char *s;
   json_t *v;
@@ -405,8 +558,24 @@ int dsec_spec_validate(json_t *spec, struct dsec_error **err)
       check_mounts(spec, err) < 0 ||
       want_string_array(spec, "protect", true, err) < 0 ||
       want_string_array(spec, "hide", true, err) < 0 || check_env(spec, err) < 0 ||
-      check_audit(spec, err) < 0)
+      check_audit(spec, err) < 0 || check_services(spec, err) < 0 ||
+      check_world(spec, err) < 0)
     return -1;
+  s = json_string_value(json_object_get(spec, "backend"));
+  if (json_object_get(spec, "services") &&
+      (strcmp(s, "microvm") == 0 || strcmp(s, "vm") == 0))
+    return dsec_bad_input(err, "spec: `services` need a container or fncall "
+                               "agent: a world around a %s (its NIC on the "
+                               "world's network, services as containers next "
+                               "to it) is not implemented", s);
+  if (json_object_get(spec, "services") &&
+      strcmp(json_string_value(json_object_get(spec, "idle_action")) ?: "",
+             "suspend") == 0)
+    return dsec_bad_input(err, "spec: `idle_action` \"suspend\" of a world "
+                               "is not implemented (the agent's supervisor "
+                               "would release the agent alone)");
+  if (json_object_get(spec, "world") && strcmp(s, "container") != 0)
+    return dsec_bad_input(err, "spec: a service runs as a container");
   v = json_object_get(spec, "pmem");
   if (v && !json_is_boolean(v))
     return dsec_bad_input(err, "spec: `pmem` must be true or false");
@@ -590,6 +759,15 @@ int dsec_spec_parse(json_t *json, struct dsec_spec **out,
   s->pmem = json_is_true(json_object_get(json, "pmem"));
   s->audit_max_bytes = json_integer_value(
     json_object_get(json_object_get(json, "audit"), "max_bytes"));
+  v = json_object_get(json, "services");
+  s->services = v ? json_deep_copy(v) : NULL;
+  v = json_object_get(json, "world");
+  if (v) {
+    s->world.agent = xstrdup(json_string_value(json_object_get(v, "agent")));
+    s->world.service = xstrdup(json_string_value(json_object_get(v, "service")));
+    strv_from(&s->world.cmd, json_object_get(v, "cmd"));
+    strv_from(&s->world.names, json_object_get(v, "names"));
+  }
   *out = s;
   return 0;
 }
@@ -636,6 +814,14 @@ json_t *dsec_spec_to_json(const struct dsec_spec *s)
     json_object_set_new(j, "name", json_string(s->name));
   if (s->pmem)
     json_object_set_new(j, "pmem", json_true());
+  if (s->services)
+    json_object_set_new(j, "services", json_deep_copy(s->services));
+  if (s->world.agent)
+    json_object_set_new(j, "world",
+                        json_pack("{s:s, s:s, s:o, s:o}", "agent",
+                                  s->world.agent, "service", s->world.service,
+                                  "cmd", strv_json(&s->world.cmd), "names",
+                                  strv_json(&s->world.names)));
   return j;
 }
 
@@ -667,5 +853,10 @@ void dsec_spec_free(struct dsec_spec *s)
   free(s->workdir);
   json_decref(s->labels);
   free(s->name);
+  json_decref(s->services);
+  free(s->world.agent);
+  free(s->world.service);
+  strv_clear(&s->world.cmd);
+  strv_clear(&s->world.names);
   free(s);
 }

@@ -75,7 +75,23 @@ struct dsec_spec {
   char *name;                   /* NULL: none */
   bool pmem;
   int64_t audit_max_bytes;
+  /* a task world's agent: its services, as validated (owned), or NULL */
+  json_t *services;
+  /* a task world's service (else every field NULL or empty): its world's
+   * agent (an id), its own name, its command, and the names of every
+   * member (for /etc/hosts) */
+  struct {
+    char *agent, *service;
+    struct dsec_strv cmd, names;
+  } world;
 };
+
+#define DSEC_SERVICES_MAX 16
+#define DSEC_SERVICE_READY_TIMEOUT_S 60
+
+/* A service's name: 1 to 32 of [a-z0-9-], a letter first, neither
+ * "agent" nor "localhost". */
+bool dsec_service_name_ok(const char *n);
 
 /* Validates json (in place, as dsec_spec_validate) and parses it: *out
  * is new (free with dsec_spec_free). */

@@ -518,6 +518,26 @@ fake_sandbox() {
   [ "$(node_of s 3)" = unplaced:spread ]
 }
 
+@test "place: a task world is one request, its members' resources summed" {
+  printf '%s\n' '{"node":"a","cpus":4,"memory_mb":4096}' >"$T/nodes"
+  # agent 1 CPU 1024 MiB (defaults) + db 1 CPU 512 MiB + web 0.5 CPU 256 MiB
+  printf '%s\n' \
+    '{"rid":"w","count":3,"spec":{"image":"x","services":[
+      {"name":"db","image":"y","cmd":["db"],"resources":{"cpus":1,"memory_mb":512}},
+      {"name":"web","image":"z","cmd":["web"],"resources":{"cpus":0.5,"memory_mb":256}}]}}' |
+    jq -c . >"$T/req"
+  plan
+  [ "$(node_of w 0)" = a ]
+  [ "$(node_of w 1)" = unplaced:capacity ]
+  [ "$(wc -l <<<"$output")" -eq 3 ]
+  # a world bigger than any node is too large, not split
+  printf '%s\n' '{"rid":"big","spec":{"image":"x","resources":{"cpus":3},"services":[
+      {"name":"db","image":"y","cmd":["db"],"resources":{"cpus":2}}]}}' |
+    jq -c . >"$T/req"
+  plan
+  [ "$(node_of big 0)" = unplaced:too_large ]
+}
+
 @test "place: unplaceable sandboxes say why" {
   printf '%s\n' '{"node":"a","cpus":4,"memory_mb":4096}' \
     '{"node":"v","cpus":2,"memory_mb":2048,"backends":["fncall","container","microvm","vm","unheard-of"]}' \

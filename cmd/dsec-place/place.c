@@ -733,26 +733,37 @@ static int parse_request(struct planner *p, json_t *o, const char *what,
   res = json_object_get(spec, "resources");
   s = json_string_value(json_object_get(res, "class"));
   r.cls = s && strcmp(s, "besteffort") == 0 ? CLASS_BESTEFFORT : CLASS_LATENCY;
-  v = json_object_get(res, "cpus");
-  r.mcpu = v ? (int64_t) (json_number_value(v) * 1000 + 0.5)
+  /* a task world is one request: the agent's resources and layers and
+   * every service's, summed (its class is the agent's) */
+  {
+    json_t *svcs = json_object_get(spec, "services"), *m;
+    size_t n = json_array_size(svcs);
+    for (size_t j = 0; j <= n; j++) {
+      json_t *mem = spec;
+      int64_t mc;
+      if (j > 0)
+        mem = json_array_get(svcs, j - 1);
+      res = json_object_get(mem, "resources");
+      v = json_object_get(res, "cpus");
+      mc = v ? (int64_t) (json_number_value(v) * 1000 + 0.5)
              : DSEC_PLACE_DEFAULT_CPUS * 1000;
-  if (r.mcpu == 0)
-    r.mcpu = 1;
-  v = json_object_get(res, "memory_mb");
-  r.mem = v ? json_integer_value(v) : DSEC_PLACE_DEFAULT_MEMORY_MB;
-
-  /* the image's layers, then the extra ones */
-  {
-    const struct refinfo *img =
-      resolve_ref(p, json_string_value(json_object_get(spec, "image")));
-    for (size_t k = 0; k < img->n; k++)
-      refinfo_add(&all, img->layers[k]);
-  }
-  json_array_foreach(json_object_get(spec, "layers"), i, v)
-  {
-    const struct refinfo *l = resolve_ref(p, json_string_value(v));
-    for (size_t k = 0; k < l->n; k++)
-      refinfo_add(&all, l->layers[k]);
+      r.mcpu += mc ? mc : 1;
+      v = json_object_get(res, "memory_mb");
+      r.mem += v ? json_integer_value(v) : DSEC_PLACE_DEFAULT_MEMORY_MB;
+      /* the image's layers, then the extra ones */
+      {
+        const struct refinfo *img =
+          resolve_ref(p, json_string_value(json_object_get(mem, "image")));
+        for (size_t k = 0; k < img->n; k++)
+          refinfo_add(&all, img->layers[k]);
+      }
+      json_array_foreach(json_object_get(mem, "layers"), i, m)
+      {
+        const struct refinfo *l = resolve_ref(p, json_string_value(m));
+        for (size_t k = 0; k < l->n; k++)
+          refinfo_add(&all, l->layers[k]);
+      }
+    }
   }
   r.layers = all.layers;
   r.n_layers = all.n;

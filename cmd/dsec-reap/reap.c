@@ -551,6 +551,25 @@ static const char *sandbox_reason(struct reap *r, const char *id, json_t *st,
   *state = st ? (s ? s : "unknown") : "unreadable";
   if (!st)
     return "orphan"; /* a crash mid-removal, or a torn state file */
+  {
+    /* a world's service goes with its world: when its agent is gone or
+     * goes now (whatever the order the two are met in) */
+    const char *agent = json_string_value(
+      json_object_get(json_object_get(spec, "world"), "agent"));
+    if (agent && dsec_sandbox_id_valid(agent) && strcmp(agent, id) != 0) {
+      _cleanup_free_ char *adir = xasprintf("%s/%s", r->sbdir, agent);
+      _cleanup_json_ json_t *ast = NULL;
+      _cleanup_json_ json_t *aspec = NULL;
+      const char *astate;
+      if (!exists_at(AT_FDCWD, adir))
+        return "world";
+      ast = dsec_sandbox_state_read(agent, NULL);
+      aspec = read_spec(adir);
+      if (!json_object_get(aspec, "world") &&
+          sandbox_reason(r, agent, ast, aspec, adir, &astate))
+        return "world";
+    }
+  }
   if (s && strcmp(s, "suspended") == 0 &&
       json_is_true(json_object_get(st, "released"))) {
     /* released: no supervisor by design, waiting for a resume (which
@@ -703,7 +722,10 @@ static int reap_sandboxes(struct reap *r, struct dsec_error **err)
     json_t *extra;
 
     if (!reason) {
-      if (r->o->suspend_idle_set && st) {
+      /* (a world is frozen as one by dsec-run suspend, never member by
+       * member here) */
+      if (r->o->suspend_idle_set && st && !json_object_get(spec, "world") &&
+          !json_object_get(spec, "services")) {
         ret = maybe_suspend(r, id, st, spec, dir, err);
         if (ret < 0)
           return ret;

@@ -8,13 +8,16 @@
 #include <math.h>
 #include <fcntl.h>
 #include <getopt.h>
+#include <netinet/in.h>
 #include <poll.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/signalfd.h>
 #include <sys/stat.h>
+#include <sys/socket.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <termios.h>
@@ -79,6 +82,7 @@ enum {
   OPT_ARCHIVE,
   OPT_TTY,
   OPT_TTY_SIZE,
+  OPT_SERVICE,
   OPT_END,
 };
 
@@ -111,6 +115,7 @@ static const struct option long_options[] = {
   { "result", required_argument, NULL, OPT_RESULT },
   { "rm", no_argument, NULL, OPT_RM },
   { "seq", required_argument, NULL, OPT_SEQ },
+  { "service", required_argument, NULL, OPT_SERVICE },
   { "session", required_argument, NULL, OPT_SESSION },
   { "size", required_argument, NULL, OPT_SIZE },
   { "spec", required_argument, NULL, OPT_SPEC },
@@ -197,6 +202,9 @@ static void help(const struct dsec_front *front)
          "      --result=FILE      (run) also write the JSON result to FILE\n"
          "      --rm               (run) remove the sandbox afterwards\n"
          "      --seq=N            the request's sequence number\n"
+         "      --service=NAME     (exec) run in the world's service NAME "
+         "instead of\n"
+         "                         its agent\n"
          "      --session=NAME     (exec) run the command line in the persistent\n"
          "                         shell NAME (made on first use): cd, export,\n"
          "                         variables and functions persist\n"
@@ -567,6 +575,12 @@ static int parse(int argc, char **argv, struct opts *o, bool *exit_now)
                                 "digits, `.`, `_` or `-`");
       json_object_set_new(o->exec, "session", json_string(optarg));
       break;
+    case OPT_SERVICE:
+      if (!dsec_service_name_ok(optarg) && strcmp(optarg, "agent") != 0)
+        return dsec_usage_error("--service takes a service's name (1 to 32 "
+                                "of [a-z0-9-], a letter first) or `agent`");
+      json_object_set_new(o->exec, "service", json_string(optarg));
+      break;
     case OPT_REQUESTS:
       o->requests = optarg;
       break;
@@ -605,7 +619,9 @@ static int parse(int argc, char **argv, struct opts *o, bool *exit_now)
   if (strcmp(o->verb->name, "exec") == 0) {
     if (!o->requests == (o->ncmd == 0))
       return dsec_usage_error("exec: give either -- CMD... or --requests");
-    if (o->requests && (json_object_size(o->exec) || o->stdin_file))
+    if (o->requests && (json_object_size(o->exec) -
+                            (json_object_get(o->exec, "service") ? 1 : 0) ||
+                        o->stdin_file))
       return dsec_usage_error("exec: --requests carries its own fields");
   }
   if (strcmp(o->verb->name, "fork") == 0 && o->count == 0)
@@ -827,6 +843,17 @@ static char *pool_key(json_t *spec)
 }
 
 static json_t *read_json_in(const char *id, const char *file);
+static int create_any(json_t *spec, char **id_out, json_t **record,
+                      struct dsec_error **err);
+static json_t *world_members(const char *agent);
+static bool world_is(const char *id);
+static int exec_route(char **id, json_t *req, struct dsec_error **err);
+static json_t *supervisor_op(const char *id, json_t *req,
+                             struct dsec_error **err);
+static int world_remove(const char *agent, bool force, struct dsec_error **err);
+static json_t *world_states(const char *agent);
+static int world_refuse_member(const char *id, const char *verb,
+                               struct dsec_error **err);
 
 /* Claims a ready sandbox of the pool for spec, if there is one: it gets
  * spec's name and labels.  Returns 1 with *id_out and *record, 0 when no
@@ -1267,13 +1294,15 @@ static int do_create(struct opts *o, char **id_out, json_t **record,
   int r;
   if (!spec)
     return -1;
-  /* a warm pool of the same spec hands one over at once */
-  r = pool_claim(spec, id_out, record, err);
+  /* a warm pool of the same spec hands one over at once (a world is
+   * never pooled) */
+  r = json_object_get(spec, "services") ? 0
+                                        : pool_claim(spec, id_out, record, err);
   if (r != 0) {
     json_decref(spec);
     return r < 0 ? -1 : 0;
   }
-  return create_sandbox(spec, NULL, NULL, NULL, id_out, record, err);
+  return create_any(spec, id_out, record, err);
 }
 
 /* ---- exec */
@@ -1489,7 +1518,20 @@ static int do_requests(const char *id, const char *file, int *status,
       ret = -1;
       break;
     }
-    res = dsec_conn_call(c, req, err);
+    if (json_object_get(req, "service")) {
+      /* a line for a world's service goes there */
+      _cleanup_free_ char *tid = xstrdup(id);
+      if (exec_route(&tid, req, err) < 0) {
+        dsec_error_wrap(err, "%s line %d", file, lineno);
+        ret = -1;
+        break;
+      }
+      if (exec_one(tid, req, &res, err) < 0) {
+        ret = -1;
+        break;
+      }
+    } else
+      res = dsec_conn_call(c, req, err);
     if (!res) {
       (*err)->status = DSEC_EXIT_INTERNAL;
       ret = -1;
@@ -1525,15 +1567,23 @@ static int do_rm(struct opts *o, struct dsec_error **err)
       ret = -1;
       continue;
     }
-    if (dsec_sandbox_stop(id, o->force, &e) < 0) {
-      if (!*err)
-        *err = steal_pointer(&e);
-      ret = -1;
-      continue;
+    {
+      /* a world goes as one: its services, then its agent */
+      _cleanup_json_ json_t *members = world_members(id);
+      /* (--force takes a service alone: what is left of a world) */
+      if ((!o->force && world_refuse_member(id, "rm", &e) < 0) ||
+          (members ? world_remove(id, o->force, &e)
+                   : dsec_sandbox_stop(id, o->force, &e)) < 0) {
+        if (!*err)
+          *err = steal_pointer(&e);
+        ret = -1;
+        continue;
+      }
+      if (dsec_json_print_new(json_pack("{s:s, s:s, s:O*}", "type", "removed",
+                                        "id", id, "services", members),
+                              err) < 0)
+        return -1;
     }
-    if (dsec_json_print_new(json_pack("{s:s, s:s}", "type", "removed", "id",
-                                      id), err) < 0)
-      return -1;
   }
   return ret;
 }
@@ -1579,8 +1629,25 @@ static int do_kill(struct opts *o, struct dsec_error **err)
   }
   req = json_pack("{s:s, s:i}", "op", "kill", "signal", sig);
   res = dsec_conn_call(c, req, err);
-  json_decref(req);
   dsec_conn_close(c);
+  if (res && world_is(id)) {
+    /* and every service of the world */
+    _cleanup_json_ json_t *members = world_members(id);
+    json_t *m, *svcs = json_array();
+    size_t i;
+    json_array_foreach(members, i, m)
+    {
+      _cleanup_error_ struct dsec_error *e = NULL;
+      json_t *r = supervisor_op(json_string_value(json_object_get(m, "id")),
+                                req, &e);
+      if (!r)
+        r = json_pack("{s:s, s:s}", "type", "error", "error", e->msg);
+      json_object_set(r, "service", json_object_get(m, "name"));
+      json_array_append_new(svcs, r);
+    }
+    json_object_set_new(res, "services", svcs);
+  }
+  json_decref(req);
   if (!res)
     return -1;
   return dsec_json_print_new(res, err);
@@ -1640,7 +1707,12 @@ static json_t *ps_list(struct opts *o, struct dsec_error **err)
       continue;
     if (!labels_match(spec, o->label_filter))
       continue;
+    /* a world is shown once: its agent's line lists its services */
+    if (json_object_get(spec, "world"))
+      continue;
     rec = sandbox_record(id, st);
+    if (json_object_get(spec, "services"))
+      json_object_set_new(rec, "services", world_states(id));
     if (!json_object_get(rec, "name") && json_object_get(spec, "name"))
       json_object_set(rec, "name", json_object_get(spec, "name"));
     json_object_set(rec, "image", json_object_get(spec, "image"));
@@ -1715,7 +1787,111 @@ static int do_inspect(struct opts *o, struct dsec_error **err)
     _cleanup_free_ char *dir = dsec_sandbox_dir(id);
     json_object_set_new(rec, "dir", json_string(dir));
   }
+  if (json_object_get(json_object_get(rec, "spec"), "services"))
+    json_object_set_new(rec, "services", world_states(id));
   return dsec_json_print_new(rec, err);
+}
+
+/* A world's events: every member's, in the order of their times (each
+ * record carries its member's "service"). */
+struct event_line {
+  char *time;
+  char *line;
+  size_t n, seq;
+};
+
+static int event_line_cmp(const void *a, const void *b)
+{
+  const struct event_line *x = a, *y = b;
+  int c = strcmp(x->time, y->time);
+  return c ? c : x->seq < y->seq ? -1 : 1;
+}
+
+/* The complete lines of id's events.jsonl from *off on (advanced past
+ * them), appended to *lines. */
+static void world_events_read(const char *id, off_t *off,
+                              struct event_line **lines, size_t *n)
+{
+  _cleanup_free_ char *dir = dsec_sandbox_dir(id);
+  _cleanup_free_ char *path = xasprintf("%s/events.jsonl", dir);
+  _cleanup_close_ int fd = open(path, O_RDONLY | O_CLOEXEC);
+  _cleanup_free_ char *buf = NULL;
+  size_t len = 0, cap = 0, start = 0;
+  ssize_t r;
+
+  if (fd < 0 || lseek(fd, *off, SEEK_SET) < 0)
+    return;
+  for (;;) {
+    if (cap - len < 65536)
+      buf = xrealloc(buf, cap = cap * 2 + 65536);
+    r = read(fd, buf + len, cap - len);
+    if (r < 0 && errno == EINTR)
+      continue;
+    if (r <= 0)
+      break;
+    len += (size_t) r;
+  }
+  for (size_t i = 0; i < len; i++) {
+    json_t *ev;
+    const char *t;
+    if (buf[i] != '\n')
+      continue;
+    ev = json_loadb(buf + start, i - start, 0, NULL);
+    t = json_string_value(json_object_get(ev, "time"));
+    *lines = xrealloc(*lines, sizeof **lines * (*n + 1));
+    (*lines)[*n] = (struct event_line){ xstrdup(t ? t : ""),
+                                        xstrndup(buf + start, i + 1 - start),
+                                        i + 1 - start, *n };
+    (*n)++;
+    json_decref(ev);
+    start = i + 1;
+  }
+  *off += (off_t) start;
+}
+
+/* The world's events (every member's) in the order of their times, and
+ * with follow what comes next, until the agent has ended. */
+static int world_events(const char *agent, bool follow,
+                        struct dsec_error **err)
+{
+  _cleanup_json_ json_t *offs = json_object();
+
+  for (;;) {
+    _cleanup_json_ json_t *members = world_members(agent);
+    _cleanup_json_ json_t *ids = json_array();
+    _cleanup_json_ json_t *st = dsec_sandbox_status(agent, NULL);
+    const char *state = json_string_value(json_object_get(st, "state"));
+    bool ended = !state || (strcmp(state, "running") != 0 &&
+                            strcmp(state, "creating") != 0 &&
+                            strcmp(state, "suspended") != 0);
+    struct event_line *lines = NULL;
+    size_t n = 0, i;
+    json_t *m;
+    int ret = 0;
+
+    json_array_append_new(ids, json_string(agent));
+    json_array_foreach(members, i, m)
+      json_array_append(ids, json_object_get(m, "id"));
+    json_array_foreach(ids, i, m)
+    {
+      const char *id = json_string_value(m);
+      off_t off = (off_t) json_integer_value(json_object_get(offs, id));
+      world_events_read(id, &off, &lines, &n);
+      json_object_set_new(offs, id, json_integer((json_int_t) off));
+    }
+    qsort(lines, n, sizeof *lines, event_line_cmp);
+    for (i = 0; i < n; i++) {
+      if (ret == 0 &&
+          dsec_write_all(STDOUT_FILENO, lines[i].line, lines[i].n, err) < 0)
+        ret = -1;
+      free(lines[i].time);
+      free(lines[i].line);
+    }
+    free(lines);
+    if (ret < 0 || !follow || ended)
+      return ret;
+    usleep(100000);
+  }
 }
 
 /* events and trajectory: a sandbox's JSON Lines file, and with --follow
@@ -1730,6 +1906,8 @@ static int do_log(struct opts *o, const char *file, struct dsec_error **err)
 
   if (!id)
     return -1;
+  if (strcmp(file, "events.jsonl") == 0 && world_is(id))
+    return world_events(id, o->follow, err);
   dir = dsec_sandbox_dir(id);
   path = xasprintf("%s/%s", dir, file);
   fd = open(path, O_RDONLY | O_CLOEXEC);
@@ -1817,7 +1995,9 @@ static int do_run(struct opts *o, int *status, struct dsec_error **err)
   }
   if (o->rm) {
     _cleanup_error_ struct dsec_error *e = NULL;
-    if (dsec_sandbox_stop(id, false, &e) < 0 && ret == 0) {
+    _cleanup_json_ json_t *members = world_members(id);
+    if ((members ? world_remove(id, false, &e)
+                 : dsec_sandbox_stop(id, false, &e)) < 0 && ret == 0) {
       *err = steal_pointer(&e);
       ret = -1;
     }
@@ -1854,6 +2034,455 @@ static json_t *supervisor_op(const char *id, json_t *req,
     return NULL;
   }
   return res;
+}
+
+/* ---- task worlds
+ *
+ * A world is an agent sandbox (a spec with "services") and one container
+ * sandbox per service (a spec with "world": its agent, its name, its
+ * command), every member in the agent's network namespace, each with
+ * everything else of its own.  sandboxes/<agent>/world.json lists the
+ * members, {"type":"world","agent":ID,"services":[{"name":N,"id":ID}]},
+ * written by whoever creates the world as each member is made, so that
+ * rm and the reaper find every one even of a creation cut short. */
+
+#define WORLD_LOG_TAIL 2048
+
+/* The members of world agent (new array of {"name","id"}), or NULL when
+ * agent is no world's agent. */
+static json_t *world_members(const char *agent)
+{
+  _cleanup_json_ json_t *spec = read_json_in(agent, "spec.json");
+  _cleanup_json_ json_t *w = NULL;
+  json_t *m;
+  if (!json_object_get(spec, "services"))
+    return NULL;
+  w = read_json_in(agent, "world.json");
+  m = json_object_get(w, "services");
+  return json_is_array(m) ? json_incref(m) : json_array();
+}
+
+/* Whether id is a world's agent. */
+static bool world_is(const char *id)
+{
+  _cleanup_json_ json_t *m = world_members(id);
+  return m != NULL;
+}
+
+static int world_write(const char *agent, json_t *members,
+                       struct dsec_error **err)
+{
+  _cleanup_free_ char *dir = dsec_sandbox_dir(agent);
+  _cleanup_close_ int dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  _cleanup_json_ json_t *w = json_pack("{s:s, s:s, s:O}", "type", "world",
+                                       "agent", agent, "services", members);
+  _cleanup_free_ char *text = json_dumps(w, JSON_COMPACT);
+  if (dfd < 0)
+    return dsec_fail(err, errno, "cannot open %s", dir);
+  return dsec_write_file_replace(dfd, "world.json", text, strlen(text), 0644,
+                                 err);
+}
+
+/* A verb that acts on a whole world is refused on one of its services
+ * while the world's agent is there (bad input). */
+static int world_refuse_member(const char *id, const char *verb,
+                               struct dsec_error **err)
+{
+  _cleanup_json_ json_t *spec = read_json_in(id, "spec.json");
+  json_t *w = json_object_get(spec, "world");
+  const char *agent = json_string_value(json_object_get(w, "agent"));
+  _cleanup_free_ char *dir = NULL;
+  if (!agent || !dsec_sandbox_id_valid(agent))
+    return 0;
+  dir = dsec_sandbox_dir(agent);
+  if (access(dir, F_OK) < 0)
+    return 0; /* its world is gone: what is left goes alone */
+  return dsec_bad_input(err, "sandbox %s is service `%s` of world %s: %s the "
+                             "world (its agent's id)", id,
+                        json_string_value(json_object_get(w, "service")),
+                        agent, verb);
+}
+
+/* The member of world agent named name ("agent": the sandbox itself,
+ * world or not), new
+ * id; bad input when there is none. */
+static char *world_member(const char *agent, const char *name,
+                          struct dsec_error **err)
+{
+  _cleanup_json_ json_t *members = world_members(agent);
+  json_t *m;
+  size_t i;
+  if (strcmp(name, "agent") == 0)
+    return xstrdup(agent);
+  if (!members) {
+    dsec_bad_input(err, "sandbox %s is no world (its spec has no services)",
+                   agent);
+    return NULL;
+  }
+  json_array_foreach(members, i, m)
+    if (strcmp(json_string_value(json_object_get(m, "name")) ?: "", name) == 0)
+      return xstrdup(json_string_value(json_object_get(m, "id")));
+  dsec_bad_input(err, "world %s has no service `%s`", agent, name);
+  return NULL;
+}
+
+/* Stops and removes every member of world agent, the agent last.  Each
+ * member's failure is warned about; the first is the answer. */
+static int world_remove(const char *agent, bool force, struct dsec_error **err)
+{
+  _cleanup_json_ json_t *members = world_members(agent);
+  json_t *m;
+  size_t i;
+  int ret = 0;
+
+  json_array_foreach(members, i, m)
+  {
+    _cleanup_error_ struct dsec_error *e = NULL;
+    const char *id = json_string_value(json_object_get(m, "id"));
+    _cleanup_json_ json_t *st = id ? dsec_sandbox_status(id, NULL) : NULL;
+    if (!st)
+      continue; /* gone already */
+    if (dsec_sandbox_stop(id, force, &e) < 0) {
+      dsec_warn("world %s: service %s: %s", agent,
+                json_string_value(json_object_get(m, "name")), e->msg);
+      if (!*err)
+        *err = steal_pointer(&e);
+      ret = -1;
+    }
+  }
+  {
+    _cleanup_error_ struct dsec_error *e = NULL;
+    if (dsec_sandbox_stop(agent, force, &e) < 0) {
+      if (!*err)
+        *err = steal_pointer(&e);
+      ret = -1;
+    }
+  }
+  return ret;
+}
+
+/* A service's spec from its entry in the agent's spec (new, sharing
+ * nothing with either). */
+static json_t *service_spec(json_t *agent_spec, json_t *svc, const char *agent)
+{
+  json_t *names = json_array(), *s;
+  _cleanup_json_ json_t *shared = NULL;
+  size_t i;
+  json_array_append_new(names, json_string("agent"));
+  json_array_foreach(json_object_get(agent_spec, "services"), i, s)
+    json_array_append(names, json_object_get(s, "name"));
+  shared = json_pack(
+    "{s:s, s:O, s:O, s:O, s:O, s:O, s:O, s:O, s:O, s:O, s:O, s:O,"
+    " s:{s:s, s:O, s:O, s:o}}",
+    "backend", "container", "image", json_object_get(svc, "image"), "layers",
+    json_object_get(svc, "layers"), "env", json_object_get(svc, "env"),
+    "workdir", json_object_get(svc, "workdir"), "user",
+    json_object_get(svc, "user"), "resources", json_object_get(svc, "resources"),
+    "protect", json_object_get(svc, "protect"), "hide",
+    json_object_get(svc, "hide"), "network",
+    json_object_get(agent_spec, "network"), "labels",
+    json_object_get(agent_spec, "labels"), "audit",
+    json_object_get(agent_spec, "audit"), "world", "agent", agent, "service",
+    json_object_get(svc, "name"), "cmd", json_object_get(svc, "cmd"), "names",
+    names);
+  return json_deep_copy(shared);
+}
+
+/* The last of what a service wrote (new string, maybe empty). */
+static char *service_log_tail(const char *id)
+{
+  _cleanup_free_ char *dir = dsec_sandbox_dir(id);
+  _cleanup_free_ char *path = xasprintf("%s/service.log", dir);
+  _cleanup_close_ int fd = open(path, O_RDONLY | O_CLOEXEC);
+  char buf[WORLD_LOG_TAIL + 1];
+  off_t end;
+  ssize_t n;
+  if (fd < 0)
+    return xstrdup("");
+  end = lseek(fd, 0, SEEK_END);
+  if (end > WORLD_LOG_TAIL)
+    lseek(fd, end - WORLD_LOG_TAIL, SEEK_SET);
+  else
+    lseek(fd, 0, SEEK_SET);
+  n = read(fd, buf, WORLD_LOG_TAIL);
+  buf[n > 0 ? n : 0] = '\0';
+  /* the message is text: what is not printable ASCII shows as '?' */
+  for (ssize_t i = 0; i < n; i++)
+    if ((unsigned char) buf[i] >= 0x7f ||
+        ((unsigned char) buf[i] < 0x20 && buf[i] != '\n' && buf[i] != '\t'))
+      buf[i] = '?';
+  return xstrdup(buf);
+}
+
+/* Whether the world's network (the agent's init's namespace) takes a
+ * connection on 127.0.0.1:port now: tried by a child in that namespace,
+ * so that we never leave our own. */
+static bool world_port_open(int world_ns, int port)
+{
+  struct sockaddr_in sa = { .sin_family = AF_INET,
+                            .sin_port = htons((uint16_t) port),
+                            .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+  int status;
+  pid_t pid = fork();
+  if (pid < 0)
+    return false;
+  if (pid == 0) {
+    int s;
+    if (setns(world_ns, CLONE_NEWNET) < 0)
+      _exit(1);
+    s = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    _exit(s >= 0 && connect(s, (struct sockaddr *) &sa, sizeof sa) == 0 ? 0
+                                                                        : 1);
+  }
+  while (waitpid(pid, &status, 0) < 0 && errno == EINTR)
+    ;
+  return WIFEXITED(status) && WEXITSTATUS(status) == 0;
+}
+
+/* Waits until service svc (sandbox id) of world agent is ready, as its
+ * spec's "ready" says, within its timeout; else why not, with the end of
+ * its output. */
+static int service_wait_ready(const char *agent, const char *id, json_t *svc,
+                              struct dsec_error **err)
+{
+  json_t *ready = json_object_get(svc, "ready");
+  const char *name = json_string_value(json_object_get(svc, "name"));
+  int port = (int) json_integer_value(json_object_get(ready, "tcp"));
+  json_int_t timeout = json_integer_value(json_object_get(ready, "timeout_s"));
+  double deadline = dsec_now_ms() + (double) timeout * 1000;
+  _cleanup_close_ int world_ns = -1;
+  _cleanup_free_ char *why = NULL;
+  _cleanup_free_ char *tail = NULL;
+
+  if (!ready)
+    return 0;
+  if (port) {
+    _cleanup_json_ json_t *st = dsec_sandbox_status(agent, err);
+    _cleanup_free_ char *p = NULL;
+    if (!st)
+      return -1;
+    p = xasprintf("/proc/%d/ns/net",
+                  (int) json_integer_value(json_object_get(st, "init_pid")));
+    world_ns = open(p, O_RDONLY | O_CLOEXEC);
+    if (world_ns < 0)
+      return dsec_fail(err, errno, "cannot open the world's network");
+  }
+  for (;;) {
+    _cleanup_json_ json_t *st = dsec_sandbox_status(id, NULL);
+    const char *state = json_string_value(json_object_get(st, "state"));
+    json_t *ex = json_object_get(st, "service_exited");
+    if (!state || strcmp(state, "running") != 0) {
+      why = xasprintf("its sandbox is %s", state ? state : "gone");
+      break;
+    }
+    if (ex) {
+      _cleanup_free_ char *t = json_dumps(ex, JSON_COMPACT);
+      why = xasprintf("its command ended %s", t);
+      break;
+    }
+    if (port && world_port_open(world_ns, port))
+      return 0;
+    if (!port) {
+      _cleanup_error_ struct dsec_error *e = NULL;
+      _cleanup_json_ json_t *res = NULL;
+      double left = (deadline - dsec_now_ms()) / 1000;
+      json_t *req = json_pack("{s:O, s:f, s:i}", "cmd",
+                              json_object_get(ready, "cmd"), "timeout_s",
+                              left > 0.1 ? left : 0.1, "max_output_bytes", 4096);
+      int r = exec_one(id, req, &res, &e);
+      json_decref(req);
+      if (r == 0 && json_integer_value(json_object_get(res, "exit_code")) == 0 &&
+          !json_object_get(res, "error"))
+        return 0;
+    }
+    if (dsec_now_ms() >= deadline) {
+      why = xasprintf("not ready within %lld s (%s)", (long long) timeout,
+                      port ? "its tcp port takes no connection"
+                           : "its ready command did not exit 0");
+      break;
+    }
+    usleep(port ? 20000 : 100000);
+  }
+  tail = service_log_tail(id);
+  return dsec_fail(err, 0, "service %s: %s; its output: %s", name, why,
+                   *tail ? tail : "(none)");
+}
+
+/* Creates a world from the agent's validated spec (stolen): the agent,
+ * then each service, then waits for every service to be ready.  layers,
+ * or NULL: an extra layer per member ({"agent": D, NAME: D}, a fork's
+ * checkpoints).  On failure every member is removed. */
+static int create_world(json_t *spec_in, json_t *layers, char **id_out,
+                        json_t **record, struct dsec_error **err)
+{
+  _cleanup_json_ json_t *spec = spec_in;
+  _cleanup_json_ json_t *members = json_array();
+  _cleanup_free_ char *agent = NULL;
+  _cleanup_json_ json_t *rec = NULL;
+  json_t *svcs = json_object_get(spec, "services"), *svc;
+  size_t i;
+
+  if (geteuid() != 0)
+    return dsec_fail(err, EPERM, "a world needs root (its services join the "
+                                 "agent's network namespace)");
+  if (json_object_get(layers, "agent"))
+    dsec_spec_append(spec, "layers",
+                     json_incref(json_object_get(layers, "agent")));
+  if (create_sandbox(json_incref(spec), NULL, NULL, NULL, &agent, &rec, err) <
+      0)
+    return -1;
+  if (world_write(agent, members, err) < 0)
+    goto fail;
+  json_array_foreach(svcs, i, svc)
+  {
+    const char *name = json_string_value(json_object_get(svc, "name"));
+    json_t *ms = service_spec(spec, svc, agent), *mrec = NULL;
+    _cleanup_free_ char *mid = NULL;
+    if (json_object_get(layers, name))
+      dsec_spec_append(ms, "layers", json_incref(json_object_get(layers, name)));
+    if (dsec_spec_validate(ms, err) < 0) {
+      json_decref(ms);
+      goto fail;
+    }
+    if (create_sandbox(ms, NULL, NULL, NULL, &mid, &mrec, err) < 0) {
+      dsec_error_wrap(err, "service %s", name);
+      goto fail;
+    }
+    json_decref(mrec);
+    json_array_append_new(members, json_pack("{s:s, s:s}", "name", name, "id",
+                                             mid));
+    if (world_write(agent, members, err) < 0)
+      goto fail;
+  }
+  json_array_foreach(svcs, i, svc)
+  {
+    const char *id = json_string_value(
+      json_object_get(json_array_get(members, i), "id"));
+    if (service_wait_ready(agent, id, svc, err) < 0)
+      goto fail;
+  }
+  json_object_set(rec, "services", members);
+  *record = steal_pointer(&rec);
+  *id_out = steal_pointer(&agent);
+  return 0;
+fail:
+  {
+    _cleanup_error_ struct dsec_error *e = NULL;
+    world_remove(agent, true, &e);
+  }
+  return -1;
+}
+
+/* Creates a sandbox or, from a spec with services, a world (spec
+ * stolen). */
+static int create_any(json_t *spec, char **id_out, json_t **record,
+                      struct dsec_error **err)
+{
+  if (json_object_get(spec, "world")) {
+    json_decref(spec);
+    return dsec_bad_input(err, "spec: `world` is set by dsec-run for a "
+                               "world's services, not given");
+  }
+  if (json_object_get(spec, "services"))
+    return create_world(spec, NULL, id_out, record, err);
+  return create_sandbox(spec, NULL, NULL, NULL, id_out, record, err);
+}
+
+/* An exec request's "service" (taken out of req): *id, a world's agent,
+ * becomes that member's id. */
+static int exec_route(char **id, json_t *req, struct dsec_error **err)
+{
+  const char *name = json_string_value(json_object_get(req, "service"));
+  char *member;
+  if (!json_object_get(req, "service"))
+    return 0;
+  if (!name)
+    return dsec_bad_input(err, "request: `service` must be a string");
+  member = world_member(*id, name, err);
+  if (!member)
+    return -1;
+  json_object_del(req, "service");
+  free(*id);
+  *id = member;
+  return 0;
+}
+
+/* The members' states, for ps and inspect (new array). */
+static json_t *world_states(const char *agent)
+{
+  _cleanup_json_ json_t *members = world_members(agent);
+  json_t *out = json_array(), *m;
+  size_t i;
+  json_array_foreach(members, i, m)
+  {
+    const char *id = json_string_value(json_object_get(m, "id"));
+    _cleanup_json_ json_t *st = dsec_sandbox_status(id, NULL);
+    json_t *r = json_pack("{s:O, s:O, s:s}", "name", json_object_get(m, "name"),
+                          "id", json_object_get(m, "id"), "state",
+                          st ? json_string_value(json_object_get(st, "state"))
+                             : "gone");
+    if (json_object_get(st, "service_exited"))
+      json_object_set(r, "service_exited",
+                      json_object_get(st, "service_exited"));
+    json_array_append_new(out, r);
+  }
+  return out;
+}
+
+/* An op of the supervisors of every member of world agent, the agent
+ * first (or last: reverse); answers in order, agent's first.  On a
+ * failure, undo (if not NULL) goes to the members that took op. */
+static json_t *world_op(const char *agent, json_t *req, bool reverse,
+                        json_t *undo, struct dsec_error **err)
+{
+  _cleanup_json_ json_t *members = world_members(agent);
+  _cleanup_json_ json_t *ids = json_array();
+  json_t *answers = json_array();
+  size_t n, i;
+
+  json_array_append_new(ids, json_string(agent));
+  for (i = 0; i < json_array_size(members); i++)
+    json_array_append(ids, json_object_get(json_array_get(members, i), "id"));
+  n = json_array_size(ids);
+  for (size_t k = 0; k < n; k++) {
+    size_t at = reverse ? n - 1 - k : k;
+    const char *id = json_string_value(json_array_get(ids, at));
+    json_t *res = supervisor_op(id, req, err);
+    if (!res) {
+      dsec_error_wrap(err, "%s %s", at ? "service" : "agent",
+                      at ? json_string_value(json_object_get(
+                             json_array_get(members, at - 1), "name"))
+                         : id);
+      for (size_t b = 0; undo && b < k; b++) {
+        size_t u = reverse ? n - 1 - b : b;
+        _cleanup_error_ struct dsec_error *e = NULL;
+        json_decref(supervisor_op(json_string_value(json_array_get(ids, u)),
+                                  undo, &e));
+      }
+      json_decref(answers);
+      return NULL;
+    }
+    if (at)
+      json_object_set(res, "service",
+                      json_object_get(json_array_get(members, at - 1), "name"));
+    if (reverse)
+      json_array_insert_new(answers, 0, res);
+    else
+      json_array_append_new(answers, res);
+  }
+  return answers;
+}
+
+/* The agent's answer of world_op's answers (new), with the services'
+ * under "services". */
+static json_t *world_answer(json_t *answers)
+{
+  json_t *rec = json_copy(json_array_get(answers, 0));
+  json_t *svcs = json_array();
+  for (size_t i = 1; i < json_array_size(answers); i++)
+    json_array_append(svcs, json_array_get(answers, i));
+  json_object_set_new(rec, "services", svcs);
+  return rec;
 }
 
 /* ---- shell */
@@ -2289,12 +2918,53 @@ static json_t *spec_with_layer(const char *id, const char *digest,
   return spec;
 }
 
+/* One checkpoint per member of world agent, taken with every member
+ * frozen (unless the world is suspended already): answers as world_op's,
+ * the agent's first. */
+static json_t *world_checkpoint(const char *agent, struct dsec_error **err)
+{
+  _cleanup_json_ json_t *st = dsec_sandbox_status(agent, err);
+  _cleanup_json_ json_t *freeze =
+    json_pack("{s:s, s:b}", "op", "suspend", "release", false);
+  _cleanup_json_ json_t *thaw = json_pack("{s:s}", "op", "resume");
+  _cleanup_json_ json_t *cp = json_pack("{s:s}", "op", "checkpoint");
+  json_t *frozen = NULL, *answers;
+  bool was = st && strcmp(json_string_value(json_object_get(st, "state")) ?: "",
+                          "suspended") == 0;
+
+  if (!st)
+    return NULL;
+  if (json_is_true(json_object_get(st, "released")))
+    return dsec_fail(err, 0, "world %s is released", agent), NULL;
+  if (!was) {
+    frozen = world_op(agent, freeze, false, thaw, err);
+    if (!frozen)
+      return NULL;
+    json_decref(frozen);
+  }
+  answers = world_op(agent, cp, false, NULL, err);
+  if (!was) {
+    _cleanup_error_ struct dsec_error *e = NULL;
+    json_decref(world_op(agent, thaw, true, NULL, &e));
+  }
+  return answers;
+}
+
 static int do_checkpoint(struct opts *o, struct dsec_error **err)
 {
   _cleanup_free_ char *id = dsec_sandbox_resolve(o->args[0], err);
   json_t *req, *res;
-  if (!id)
+  if (!id || world_refuse_member(id, "checkpoint", err) < 0)
     return -1;
+  if (world_is(id)) {
+    _cleanup_json_ json_t *answers = NULL;
+    if (o->layer_name)
+      return dsec_bad_input(err, "checkpoint --name of a world is not "
+                                 "implemented (a world gives a layer per "
+                                 "member; tag them with dsec-layer tag)");
+    answers = world_checkpoint(id, err);
+    return answers ? dsec_json_print_new(world_answer(answers), err) : -1;
+  }
   req = json_pack("{s:s}", "op", "checkpoint");
   if (o->layer_name)
     json_object_set_new(req, "name", json_string(o->layer_name));
@@ -2305,6 +2975,18 @@ static int do_checkpoint(struct opts *o, struct dsec_error **err)
   return dsec_json_print_new(res, err);
 }
 
+/* Waits (5 s at most) until the supervisor of id, which is ending, has
+ * exited. */
+static void supervisor_wait_gone(const char *id)
+{
+  _cleanup_json_ json_t *st = dsec_sandbox_status(id, NULL);
+  pid_t sup = (pid_t) json_integer_value(json_object_get(st, "supervisor_pid"));
+  uint64_t start = (uint64_t) json_integer_value(
+    json_object_get(st, "supervisor_start"));
+  for (int i = 0; i < 1000 && dsec_process_alive(sup, start); i++)
+    usleep(5000);
+}
+
 static int do_suspend(struct opts *o, struct dsec_error **err)
 {
   _cleanup_free_ char *id = dsec_sandbox_resolve(o->args[0], err);
@@ -2313,20 +2995,37 @@ static int do_suspend(struct opts *o, struct dsec_error **err)
     return -1;
   if (o->front->vm_only)
     o->release = true; /* dsec-vm's suspend always frees it: memory to a file */
+  if (world_refuse_member(id, "suspend", err) < 0)
+    return -1;
+  if (world_is(id)) {
+    /* frozen together: the agent first, then each service */
+    _cleanup_json_ json_t *freeze =
+      json_pack("{s:s, s:b}", "op", "suspend", "release", false);
+    _cleanup_json_ json_t *thaw = json_pack("{s:s}", "op", "resume");
+    _cleanup_json_ json_t *answers = NULL;
+    answers = world_op(id, freeze, false, thaw, err);
+    if (answers && o->release) {
+      /* then each released, the services first: a checkpoint each, every
+       * process gone; resume boots the world again from them */
+      _cleanup_json_ json_t *release =
+        json_pack("{s:s, s:b}", "op", "suspend", "release", true);
+      _cleanup_json_ json_t *frozen = steal_pointer(&answers);
+      json_t *a;
+      size_t i;
+      answers = world_op(id, release, true, NULL, err);
+      json_array_foreach(answers, i, a)
+        supervisor_wait_gone(json_string_value(json_object_get(a, "id")));
+    }
+    return answers ? dsec_json_print_new(world_answer(answers), err) : -1;
+  }
   req = json_pack("{s:s, s:b}", "op", "suspend", "release", o->release);
   res = supervisor_op(id, req, err);
   json_decref(req);
   if (!res)
     return -1;
-  if (o->release) {
+  if (o->release)
     /* the supervisor tears the sandbox down after answering: wait */
-    _cleanup_json_ json_t *st = dsec_sandbox_status(id, NULL);
-    pid_t sup = (pid_t) json_integer_value(json_object_get(st, "supervisor_pid"));
-    uint64_t start = (uint64_t) json_integer_value(
-      json_object_get(st, "supervisor_start"));
-    for (int i = 0; i < 1000 && dsec_process_alive(sup, start); i++)
-      usleep(5000);
-  }
+    supervisor_wait_gone(id);
   return dsec_json_print_new(res, err);
 }
 
@@ -2376,6 +3075,97 @@ static int resume_vm(const char *id, json_t *st, struct dsec_error **err)
   return dsec_json_print_new(rec, err);
 }
 
+/* A released world booted again: the agent, then each service, each from
+ * its checkpoint, then every service ready again.  On a failure, what
+ * was booted is released again (the world stays released, for another
+ * try). */
+static int resume_world(const char *id, json_t *st, struct dsec_error **err)
+{
+  _cleanup_json_ json_t *members = world_members(id);
+  _cleanup_json_ json_t *agent_spec = read_json_in(id, "spec.json");
+  _cleanup_json_ json_t *rec = NULL;
+  _cleanup_json_ json_t *booted = json_array();
+  json_t *m;
+  size_t i;
+  int ret = -1;
+
+  json_array_foreach(members, i, m)
+  {
+    _cleanup_json_ json_t *ms =
+      dsec_sandbox_status(json_string_value(json_object_get(m, "id")), err);
+    if (!ms)
+      return -1;
+    if (!json_is_true(json_object_get(ms, "released")) ||
+        !json_is_string(json_object_get(ms, "checkpoint")))
+      return dsec_fail(err, 0, "world %s: service %s is %s, not released", id,
+                       json_string_value(json_object_get(m, "name")),
+                       json_string_value(json_object_get(ms, "state")) ?: "?");
+  }
+  {
+    _cleanup_free_ char *out = NULL;
+    json_t *spec = spec_with_layer(
+      id, json_string_value(json_object_get(st, "checkpoint")), err);
+    if (!spec || create_sandbox(spec, id, NULL, NULL, &out, &rec, err) < 0)
+      return -1;
+    json_array_append_new(booted, json_string(id));
+  }
+  json_array_foreach(members, i, m)
+  {
+    const char *mid = json_string_value(json_object_get(m, "id"));
+    _cleanup_json_ json_t *ms = dsec_sandbox_status(mid, err);
+    _cleanup_free_ char *out = NULL;
+    json_t *spec, *mrec = NULL;
+    if (!ms)
+      goto fail;
+    spec = spec_with_layer(
+      mid, json_string_value(json_object_get(ms, "checkpoint")), err);
+    if (!spec || create_sandbox(spec, mid, NULL, NULL, &out, &mrec, err) < 0) {
+      dsec_error_wrap(err, "service %s",
+                      json_string_value(json_object_get(m, "name")));
+      goto fail;
+    }
+    json_decref(mrec);
+    json_array_append_new(booted, json_string(mid));
+  }
+  json_array_foreach(members, i, m)
+  {
+    json_t *svc = NULL, *s;
+    size_t k;
+    json_array_foreach(json_object_get(agent_spec, "services"), k, s)
+      if (json_equal(json_object_get(s, "name"), json_object_get(m, "name")))
+        svc = s;
+    if (svc && service_wait_ready(id, json_string_value(json_object_get(m, "id")),
+                                  svc, err) < 0)
+      goto fail;
+  }
+  json_array_foreach(booted, i, m)
+  {
+    _cleanup_error_ struct dsec_error *e = NULL;
+    json_t *ev = json_pack("{s:s, s:s}", "type", "resumed", "from",
+                           "checkpoint");
+    dsec_event_append(-1, json_string_value(m), ev, &e);
+    json_decref(ev);
+  }
+  json_object_set_new(rec, "type", json_string("resumed"));
+  json_object_set(rec, "checkpoint", json_object_get(st, "checkpoint"));
+  json_object_set_new(rec, "lost", json_string("processes"));
+  json_object_set(rec, "services", members);
+  ret = dsec_json_print_new(steal_pointer(&rec), err);
+  return ret;
+fail:
+  {
+    _cleanup_json_ json_t *release =
+      json_pack("{s:s, s:b}", "op", "suspend", "release", true);
+    for (size_t k = json_array_size(booted); k-- > 0;) {
+      _cleanup_error_ struct dsec_error *e = NULL;
+      const char *b = json_string_value(json_array_get(booted, k));
+      json_decref(supervisor_op(b, release, &e));
+      supervisor_wait_gone(b);
+    }
+  }
+  return -1;
+}
+
 static int do_resume(struct opts *o, struct dsec_error **err)
 {
   _cleanup_free_ char *id = dsec_sandbox_resolve(o->args[0], err);
@@ -2393,6 +3183,14 @@ static int do_resume(struct opts *o, struct dsec_error **err)
   if (!state || strcmp(state, "suspended") != 0)
     return dsec_fail(err, 0, "sandbox %s is %s, not suspended", id,
                      state ? state : "unknown");
+  if (world_refuse_member(id, "resume", err) < 0)
+    return -1;
+  if (!json_is_true(json_object_get(st, "released")) && world_is(id)) {
+    /* the services first, the agent last */
+    _cleanup_json_ json_t *thaw = json_pack("{s:s}", "op", "resume");
+    _cleanup_json_ json_t *answers = world_op(id, thaw, true, NULL, err);
+    return answers ? dsec_json_print_new(world_answer(answers), err) : -1;
+  }
   if (!json_is_true(json_object_get(st, "released"))) {
     json_t *req = json_pack("{s:s}", "op", "resume");
     json_t *res = supervisor_op(id, req, err);
@@ -2403,6 +3201,8 @@ static int do_resume(struct opts *o, struct dsec_error **err)
   }
   if (json_is_string(json_object_get(st, "snapshot")))
     return resume_vm(id, st, err);
+  if (world_is(id))
+    return resume_world(id, st, err);
   /* released: booted again from its spec and its checkpoint */
   spec = spec_with_layer(id, json_string_value(json_object_get(st, "checkpoint")),
                          err);
@@ -2485,6 +3285,63 @@ static int fork_vm(const char *id, int count, struct dsec_error **err)
   return 0;
 }
 
+/* A world's forks: one checkpoint per member, taken with the world
+ * frozen; each child is a whole world, every member from its own
+ * checkpoint, on a network of its own. */
+static int fork_world(const char *id, int count, struct dsec_error **err)
+{
+  _cleanup_json_ json_t *answers = world_checkpoint(id, err);
+  _cleanup_json_ json_t *layers = json_object();
+  const char *agent_cp;
+  int failed = 0;
+
+  if (!answers)
+    return -1;
+  agent_cp = json_string_value(json_object_get(
+    json_object_get(json_array_get(answers, 0), "layer"), "digest"));
+  for (size_t i = 1; i < json_array_size(answers); i++) {
+    json_t *a = json_array_get(answers, i);
+    json_object_set(layers, json_string_value(json_object_get(a, "service")),
+                    json_object_get(json_object_get(a, "layer"), "digest"));
+  }
+  for (int i = 0; i < count; i++) {
+    _cleanup_error_ struct dsec_error *e = NULL;
+    _cleanup_free_ char *child = NULL;
+    json_t *spec = spec_with_layer(id, agent_cp, &e);
+    json_t *rec = NULL;
+    if (spec) {
+      json_object_del(spec, "name");
+      if (create_world(spec, layers, &child, &rec, &e) == 0) {
+        json_object_set_new(rec, "index", json_integer(i));
+        json_object_set_new(rec, "parent", json_string(id));
+        json_object_set_new(rec, "checkpoint", json_string(agent_cp));
+        json_object_set(rec, "checkpoints", layers);
+        if (dsec_json_print_new(rec, err) < 0)
+          return -1;
+        continue;
+      }
+    }
+    failed++;
+    if (dsec_json_print_new(json_pack("{s:s, s:i, s:s, s:s, s:i}", "type",
+                                      "error", "index", i, "parent", id,
+                                      "error", e ? e->msg : "failed",
+                                      "exit_code", e ? e->status : 1),
+                            err) < 0)
+      return -1;
+  }
+  {
+    _cleanup_error_ struct dsec_error *e = NULL;
+    json_t *ev = json_pack("{s:s, s:s, s:O, s:i, s:i}", "type", "forked",
+                           "checkpoint", agent_cp, "checkpoints", layers,
+                           "count", count, "failed", failed);
+    dsec_event_append(-1, id, ev, &e);
+    json_decref(ev);
+  }
+  if (failed)
+    return dsec_fail(err, 0, "%d of %d forks failed", failed, count);
+  return 0;
+}
+
 static int do_fork(struct opts *o, struct dsec_error **err)
 {
   _cleanup_free_ char *id = dsec_sandbox_resolve(o->args[0], err);
@@ -2499,6 +3356,10 @@ static int do_fork(struct opts *o, struct dsec_error **err)
     if (is_vm_backend(json_string_value(json_object_get(spec, "backend"))))
       return fork_vm(id, o->count, err);
   }
+  if (world_refuse_member(id, "fork", err) < 0)
+    return -1;
+  if (world_is(id))
+    return fork_world(id, o->count, err);
   cp = checkpoint_of(id, err);
   if (!cp)
     return -1;
@@ -2585,10 +3446,12 @@ static _Noreturn void serve_child(const struct dsec_front *front, json_t *req)
       json_decref(spec);
       ret = -1;
     } else {
-      int r = pool_claim(spec, &id, &rec, &err);
+      int r = json_object_get(spec, "services")
+                ? 0
+                : pool_claim(spec, &id, &rec, &err);
       if (r != 0)
         json_decref(spec);
-      ret = r < 0 ? -1 : r > 0 ? 0 : create_sandbox(spec, NULL, NULL, NULL, &id, &rec, &err);
+      ret = r < 0 ? -1 : r > 0 ? 0 : create_any(spec, &id, &rec, &err);
       if (ret == 0)
         ret = dsec_json_print_new(rec, &err);
     }
@@ -2600,7 +3463,8 @@ static _Noreturn void serve_child(const struct dsec_front *front, json_t *req)
     json_object_del(r, "op");
     json_object_del(r, "id");
     json_object_del(r, "rid");
-    ret = id ? exec_one(id, r, &res, &err) : -1;
+    ret = id && exec_route(&id, r, &err) == 0 ? exec_one(id, r, &res, &err)
+                                              : -1;
     json_decref(r);
     if (ret == 0)
       ret = dsec_json_print_new(res, &err);
@@ -2921,6 +3785,9 @@ static int do_pool(struct opts *o, struct dsec_error **err)
 
   if (!spec)
     return -1;
+  if (json_object_get(spec, "services") || json_object_get(spec, "world"))
+    return dsec_bad_input(err, "pool: a world (a spec with services) is not "
+                               "kept in a pool");
   key = pool_key(spec);
   dir = xasprintf("%s/%s", pools, key);
   ready = xasprintf("%s/ready", dir);
@@ -3022,7 +3889,7 @@ static int verb_exec(struct opts *o, int *status, struct dsec_error **err)
   _cleanup_free_ char *id = dsec_sandbox_resolve(o->args[0], err);
   _cleanup_json_ json_t *req = NULL;
   json_t *res = NULL;
-  if (!id)
+  if (!id || exec_route(&id, o->exec, err) < 0)
     return -1;
   if (o->requests)
     return do_requests(id, o->requests, status, err);
@@ -3066,7 +3933,7 @@ static const struct verb verbs[] = {
   { "exec", verb_exec,
     O(OPT_ENV) | O(OPT_WORKDIR) | EXEC_OPTS | O(OPT_REQUESTS) |
       O(OPT_EXCLUSIVE) | O(OPT_STREAM) | O(OPT_SESSION) | O(OPT_TTY) |
-      O(OPT_TTY_SIZE),
+      O(OPT_TTY_SIZE) | O(OPT_SERVICE),
     1, 1, MAY_CMD, true, "exec: give one sandbox ID" },
   { "run", do_run,
     CREATE_OPTS | O(OPT_NAME) | EXEC_OPTS | O(OPT_RM) | O(OPT_ATTACH) |

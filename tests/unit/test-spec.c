@@ -161,6 +161,18 @@ static void test_bad(void)
     { "{\"image\":\"x\",\"pmem\":true}", "pmem" },
     { "{\"image\":\"x\",\"audit\":{\"max_bytes\":10}}", "audit.max_bytes" },
     { "{\"image\":\"x\",\"audit\":{\"bytes\":100000}}", "audit.bytes" },
+    { "{\"image\":\"x\",\"services\":{}}", "services" },
+    { "{\"image\":\"x\",\"services\":[{\"name\":\"agent\",\"image\":\"y\",\"cmd\":[\"s\"]}]}", "services[0].name" },
+    { "{\"image\":\"x\",\"services\":[{\"name\":\"Db\",\"image\":\"y\",\"cmd\":[\"s\"]}]}", "services[0].name" },
+    { "{\"image\":\"x\",\"services\":[{\"name\":\"db\",\"image\":\"y\"}]}", "services[0].cmd" },
+    { "{\"image\":\"x\",\"services\":[{\"name\":\"db\",\"cmd\":[\"s\"]}]}", "image" },
+    { "{\"image\":\"x\",\"services\":[{\"name\":\"db\",\"image\":\"y\",\"cmd\":[\"s\"],\"ready\":{\"tcp\":0}}]}", "services[0].ready.tcp" },
+    { "{\"image\":\"x\",\"services\":[{\"name\":\"db\",\"image\":\"y\",\"cmd\":[\"s\"],\"ready\":{\"tcp\":1,\"cmd\":[\"c\"]}}]}", "services[0].ready" },
+    { "{\"image\":\"x\",\"services\":[{\"name\":\"db\",\"image\":\"y\",\"cmd\":[\"s\"],\"mounts\":[]}]}", "services[0].mounts" },
+    { "{\"image\":\"x\",\"services\":[{\"name\":\"db\",\"image\":\"y\",\"cmd\":[\"s\"],\"resources\":{\"memory_mb\":1}}]}", "resources.memory_mb" },
+    { "{\"image\":\"x\",\"services\":[{\"name\":\"db\",\"image\":\"y\",\"cmd\":[\"s\"]},{\"name\":\"db\",\"image\":\"y\",\"cmd\":[\"s\"]}]}", "two services" },
+    { "{\"image\":\"x\",\"backend\":\"microvm\",\"services\":[{\"name\":\"db\",\"image\":\"y\",\"cmd\":[\"s\"]}]}", "services" },
+    { "{\"image\":\"x\",\"world\":{\"agent\":\"sb-1\",\"service\":\"db\",\"cmd\":[]}}", "world" },
   };
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
     struct dsec_error *err = NULL;
@@ -172,9 +184,59 @@ static void test_bad(void)
   }
 }
 
+/* services: defaults filled in per service; a service's own spec (world)
+ * parses into the typed fields, and both round-trip through to_json. */
+static void test_world(void)
+{
+  struct dsec_error *err = NULL;
+  json_t *j = json_loads(
+    "{\"image\":\"x\",\"services\":[{\"name\":\"db\",\"image\":\"y\","
+    "\"cmd\":[\"redis-server\"],\"ready\":{\"tcp\":6379}}]}", 0, NULL);
+  json_t *svc;
+  struct dsec_spec *s = NULL;
+
+  ok(dsec_spec_validate(j, &err) == 0, "a spec with services is valid");
+  svc = json_array_get(json_object_get(j, "services"), 0);
+  ok(json_integer_value(json_object_get(json_object_get(svc, "ready"),
+                                        "timeout_s")) == 60 &&
+       json_is_string(json_object_get(svc, "workdir")) &&
+       json_is_object(json_object_get(svc, "resources")),
+     "a service gets its defaults (ready.timeout_s 60, workdir, resources)");
+  ok(dsec_spec_parse(j, &s, &err) == 0 && json_array_size(s->services) == 1 &&
+       !s->world.agent,
+     "an agent's typed spec has its services, no world");
+  dsec_spec_free(s);
+  json_decref(j);
+
+  s = parse("{\"image\":\"y\",\"world\":{\"agent\":\"sb-0123456789abcdef\","
+            "\"service\":\"db\",\"cmd\":[\"redis-server\",\"--port\",\"1\"],"
+            "\"names\":[\"agent\",\"db\"]}}", &err);
+  ok(s && strcmp(s->world.agent, "sb-0123456789abcdef") == 0 &&
+       strcmp(s->world.service, "db") == 0 && s->world.cmd.n == 3 &&
+       s->world.names.n == 2,
+     "a service's spec parses its world");
+  if (s) {
+    json_t *a = dsec_spec_to_json(s), *b;
+    struct dsec_spec *t = NULL;
+    ok(dsec_spec_parse(a, &t, &err) == 0, "its to_json parses again");
+    b = t ? dsec_spec_to_json(t) : NULL;
+    ok(b && json_equal(a, b), "and gives the same JSON");
+    json_decref(a);
+    json_decref(b);
+    dsec_spec_free(t);
+  }
+  dsec_spec_free(s);
+  ok(dsec_service_name_ok("db-2") && !dsec_service_name_ok("agent") &&
+       !dsec_service_name_ok("2db") && !dsec_service_name_ok("") &&
+       !dsec_service_name_ok("a_b"),
+     "service names: [a-z][a-z0-9-]*, not agent");
+  dsec_error_free(err);
+}
+
 int main(void)
 {
   test_full();
+  test_world();
   test_defaults();
   test_backends();
   test_bad();
