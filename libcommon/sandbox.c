@@ -19,6 +19,7 @@
 #include "audit.h"
 #include "cgroup.h"
 #include "client.h"
+#include "crash.h"
 #include "fsutil.h"
 #include "idrange.h"
 #include "log.h"
@@ -376,10 +377,13 @@ void dsec_sandbox_remove_files(const char *id, json_t *spec)
   const char *name = json_string_value(json_object_get(spec, "name"));
 
   /* the host id range first: it is found through the directory */
+  dsec_crash_point("removing");
   dsec_idrange_release(id);
+  dsec_crash_point("ids released");
   if (dsec_rm_rf_at(AT_FDCWD, dir, &e) < 0)
     dsec_warn("%s", e->msg);
   dsec_error_free(steal_pointer(&e));
+  dsec_crash_point("directory removed");
   dsec_rm_rf_at(AT_FDCWD, run, &e);
   if (name)
     dsec_sandbox_name_release(name, id);
@@ -434,6 +438,7 @@ int dsec_sandbox_stop(const char *id, bool force, struct dsec_error **err)
     if (dsec_process_alive(sup, start))
       return dsec_fail(err, EBUSY, "the supervisor of %s does not stop", id);
   }
+  dsec_crash_point("supervisor stopped");
   /* whatever a dead supervisor left: processes, cgroups (found by the id
    * too: a supervisor killed while creating had not recorded them yet) */
   {

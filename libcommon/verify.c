@@ -39,6 +39,7 @@ struct verify {
   json_t *reported;  /* digests with a finding already */
   json_t *used;      /* digest -> the sandbox using it */
   char *mountinfo;
+  time_t now;
 };
 
 /* What a repair does: remove a thing, or complete it. */
@@ -168,6 +169,17 @@ static int fix_ref(struct verify *v, int dirfd, const char *path,
   return dsec_fsync_dir(dirfd, err);
 }
 
+/* Partial objects younger than min_age_s are left alone. */
+static bool too_young(struct verify *v, int dirfd, const char *name)
+{
+  struct stat st;
+  if (v->o->no_partial)
+    return true;
+  return v->o->min_age_s > 0 &&
+         fstatat(dirfd, name, &st, AT_SYMLINK_NOFOLLOW) == 0 &&
+         v->now - st.st_mtime < v->o->min_age_s;
+}
+
 static DIR *opendir_at(int dirfd, const char *name)
 {
   int fd = openat(dirfd, name, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
@@ -238,8 +250,9 @@ static int check_blobs(struct verify *v, struct dsec_error **err)
       continue;
     id = xasprintf("%s/blobs/sha256/%s", v->s->path, de->d_name);
     if (is_tmp_name(de->d_name)) {
-      ret = finding(v, "tmp", id, "partial object", "remove", fix_rm_rf,
-                    v->s->blobs_fd, de->d_name, err);
+      if (!too_young(v, v->s->blobs_fd, de->d_name))
+        ret = finding(v, "tmp", id, "partial object", "remove", fix_rm_rf,
+                      v->s->blobs_fd, de->d_name, err);
       continue;
     }
     if (!hex64(de->d_name)) {
@@ -318,7 +331,7 @@ static int check_layer_tmp(struct verify *v, int dfd, const char *hex,
   rewinddir(d);
   while (ret == 0 && (de = readdir(d))) {
     _cleanup_free_ char *id = NULL;
-    if (!is_tmp_name(de->d_name))
+    if (!is_tmp_name(de->d_name) || too_young(v, dfd, de->d_name))
       continue;
     id = xasprintf("%s/layers/%s/%s", v->s->path, hex, de->d_name);
     ret = finding(v, "tmp", id, "partial object", "remove", fix_rm_rf, dfd,
@@ -399,8 +412,11 @@ static int check_layer(struct verify *v, const char *hex,
       why = xstrdup("its record meta.json is not this layer's");
     else if (json_object_get(v->bad, digest))
       why = xstrdup("its blob is damaged");
-    else if (!dsec_store_has_blob(v->s, digest))
+    else if (!dsec_store_has_blob(v->s, digest)) {
+      if (too_young(v, v->s->layers_fd, hex))
+        return 0;
       why = xstrdup("its blob is missing (an import cut short)");
+    }
   }
   if (why) {
     _cleanup_free_ char *busy = layer_busy(v, hex);
@@ -448,6 +464,10 @@ static int check_layers(struct verify *v, struct dsec_error **err)
     if (strcmp(de->d_name, ".") == 0 || strcmp(de->d_name, "..") == 0)
       continue;
     id = xasprintf("%s/layers/%s", v->s->path, de->d_name);
+    if ((is_tmp_name(de->d_name) ||
+         dsec_str_has_prefix(de->d_name, TRASH_PREFIX)) &&
+        too_young(v, v->s->layers_fd, de->d_name))
+      continue;
     if (is_tmp_name(de->d_name) ||
         dsec_str_has_prefix(de->d_name, TRASH_PREFIX))
       ret = finding(v, "tmp", id, "partial object", "remove", fix_rm_rf,
@@ -507,6 +527,8 @@ static int check_images(struct verify *v, struct dsec_error **err)
     if (is_tmp_name(de->d_name)) {
       _cleanup_free_ char *id = xasprintf("%s/images/%s", v->s->path,
                                           de->d_name);
+      if (too_young(v, v->s->images_fd, de->d_name))
+        continue;
       ret = finding(v, "tmp", id, "partial object", "remove", fix_rm_rf,
                     v->s->images_fd, de->d_name, err);
       continue;
@@ -576,6 +598,8 @@ static int check_refs_in(struct verify *v, const char *prefix,
                   : xstrdup(de->d_name);
     if (is_tmp_name(de->d_name)) {
       _cleanup_free_ char *id = xasprintf("%s/refs/%s", v->s->path, path);
+      if (too_young(v, v->s->refs_fd, path))
+        continue;
       ret = finding(v, "tmp", id, "partial object", "remove", fix_rm_rf,
                     v->s->refs_fd, path, err);
       continue;
@@ -617,8 +641,9 @@ static int check_sources(struct verify *v, struct dsec_error **err)
       continue;
     id = xasprintf("%s/sources/%s", v->s->path, de->d_name);
     if (is_tmp_name(de->d_name)) {
-      ret = finding(v, "tmp", id, "partial object", "remove", fix_rm_rf,
-                    v->s->sources_fd, de->d_name, err);
+      if (!too_young(v, v->s->sources_fd, de->d_name))
+        ret = finding(v, "tmp", id, "partial object", "remove", fix_rm_rf,
+                      v->s->sources_fd, de->d_name, err);
       continue;
     }
     v->c->sources++;
@@ -655,6 +680,8 @@ static int check_tmp(struct verify *v, struct dsec_error **err)
       if (fd < 0 || flock(fd, LOCK_EX | LOCK_NB) < 0)
         continue; /* its writer is alive */
     } else if (!v->o->repair && now - st.st_mtime < TMP_DIR_STALE_S)
+      continue;
+    if (now - st.st_mtime < v->o->min_age_s)
       continue;
     id = xasprintf("%s/tmp/%s", v->s->path, de->d_name);
     ret = finding(v, "tmp", id, "partial object", "remove", fix_rm_rf,
@@ -694,6 +721,7 @@ int dsec_store_verify(struct dsec_store *s, const struct dsec_verify_opts *o,
   int ret;
 
   memset(c, 0, sizeof *c);
+  v.now = time(NULL);
   v.used = dsec_sandbox_references(err);
   if (!v.used)
     return -1;
@@ -705,7 +733,10 @@ int dsec_store_verify(struct dsec_store *s, const struct dsec_verify_opts *o,
                                   NULL, NULL);
   /* the order matters: what a record needs is judged before the record,
    * so that a repair removes the records a removed object leaves broken */
-  ret = check_tmp(&v, err);
+  if (!o->no_partial)
+    ret = check_tmp(&v, err);
+  else
+    ret = 0;
   if (ret == 0)
     ret = check_blobs(&v, err);
   if (ret == 0)

@@ -19,6 +19,10 @@ struct dsec_verify_opts {
   bool repair; /* fix what can be fixed; the caller holds the gc lock
                 * exclusively */
   bool quick;  /* every check but rehashing the blobs */
+  int min_age_s; /* partial objects younger than this are not findings
+                  * (a collector leaves them for its next run) */
+  bool no_partial; /* leave partial objects (temporary files, .tmp-* and
+                    * .trash-* names) to the caller */
 };
 
 struct dsec_verify_counts {

@@ -28,6 +28,7 @@
 #include "copy.h"
 #include "client.h"
 #include "container.h"
+#include "crash.h"
 #include "vm.h"
 #include "fsutil.h"
 #include "image.h"
@@ -1009,6 +1010,7 @@ static int create_sandbox(json_t *spec_in, const char *reuse_id,
     goto out;
   }
   if (pid == 0) {
+    dsec_crash_role("supervisor");
     struct dsec_container_opts co = {
       .id = id, .spec = spec, .environment = env, .layers = layers,
       .n_layers = n_layers, .ready_fd = pfd[1], .restore = restore,
@@ -1057,6 +1059,7 @@ static int create_sandbox(json_t *spec_in, const char *reuse_id,
   }
   close(gofd[0]);
   gofd[0] = -1;
+  dsec_crash_point("supervisor forked");
   {
     _cleanup_free_ char *parent = dsec_sandboxes_dir();
     _cleanup_free_ char *tmpdir = NULL;
@@ -1118,6 +1121,8 @@ static int create_sandbox(json_t *spec_in, const char *reuse_id,
     json_decref(st);
     if (ret == 0 && !reuse_id && rename(tmpdir, dir) < 0)
       ret = dsec_fail(err, errno, "cannot create %s", dir);
+    if (ret == 0)
+      dsec_crash_point("directory made");
     if (ret < 0) {
       if (!reuse_id)
         dsec_rm_rf_at(AT_FDCWD, tmpdir, NULL);
@@ -1143,6 +1148,7 @@ static int create_sandbox(json_t *spec_in, const char *reuse_id,
   gofd[1] = -1;
   close(pfd[1]);
   pfd[1] = -1;
+  dsec_crash_point("go");
   {
     _cleanup_free_ char *line = NULL;
     _cleanup_json_ json_t *ready = NULL;
