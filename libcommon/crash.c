@@ -13,6 +13,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "fsutil.h"
 #include "utils.h"
 
 /* Process-wide by nature (a test hook read once from the environment);
@@ -29,37 +30,40 @@ void dsec_crash_role(const char *role)
   crash.role = role;
 }
 
-/* Appends the point to the list under its lock and returns its number
- * (1, 2, ...), or 0 when the list cannot be written. */
-static long list_append(const char *name)
+/* Appends line (with its newline) to the list under its lock; *n gets
+ * its number (1, 2, ...) and *k how many times it is there now, both 0
+ * when the list cannot be written. */
+static void list_append(const char *line, long *n, long *k)
 {
   int fd = open(crash.list, O_RDWR | O_APPEND | O_CREAT | O_CLOEXEC, 0600);
-  long n = 1;
-  char buf[4096];
-  ssize_t r;
-  char *line;
+  size_t len = strlen(line);
+  char *buf;
+  size_t got;
 
+  *n = *k = 0;
   if (fd < 0)
-    return 0;
+    return;
   while (flock(fd, LOCK_EX) < 0 && errno == EINTR)
     ;
-  /* the number is one more than the lines already there */
-  for (off_t off = 0; (r = pread(fd, buf, sizeof buf, off)) > 0; off += r)
-    for (ssize_t i = 0; i < r; i++)
-      n += buf[i] == '\n';
-  line = xasprintf("%s %s\n",
-                   crash.role ? crash.role : program_invocation_short_name,
-                   name);
-  if (write(fd, line, strlen(line)) < 0)
-    n = 0;
-  free(line);
+  buf = dsec_read_fd(fd, 64 << 20, &got, NULL);
+  if (buf && write(fd, line, len) == (ssize_t) len) {
+    *n = *k = 1;
+    for (char *p = buf; *p; p = strchr(p, '\n') + 1) {
+      if (!strchr(p, '\n'))
+        break;
+      (*n)++;
+      *k += strncmp(p, line, len) == 0;
+    }
+  }
+  free(buf);
   close(fd); /* unlocks */
-  return n;
 }
 
 void dsec_crash_point(const char *name)
 {
-  long n = 0;
+  _cleanup_free_ char *line = NULL;
+  const char *hash;
+  long n = 0, k = 0;
 
   if (!crash.read) {
     crash.at = getenv("DSEC_CRASH_AT");
@@ -68,11 +72,18 @@ void dsec_crash_point(const char *name)
   }
   if (!crash.at && !crash.list)
     return;
+  line = xasprintf("%s %s\n",
+                   crash.role ? crash.role : program_invocation_short_name,
+                   name);
   if (crash.list)
-    n = list_append(name);
+    list_append(line, &n, &k);
   if (!crash.at)
     return;
+  hash = strrchr(crash.at, '#');
   if (strcmp(crash.at, name) == 0 ||
-      (n > 0 && strtol(crash.at, NULL, 10) == n))
+      (n > 0 && strtol(crash.at, NULL, 10) == n) ||
+      (k > 0 && hash && strtol(hash + 1, NULL, 10) == k &&
+       strncmp(crash.at, line, (size_t) (hash - crash.at)) == 0 &&
+       line[hash - crash.at] == '\n'))
     raise(SIGKILL);
 }

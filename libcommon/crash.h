@@ -10,6 +10,10 @@
  *   DSEC_CRASH_AT=N       the process reaching point N (counting from 1,
  *                         with DSEC_CRASH_LIST) raises SIGKILL on itself
  *   DSEC_CRASH_AT=NAME    any process reaching a point NAME does
+ *   DSEC_CRASH_AT='ROLE NAME#K'  the process reaching the point that
+ *                         makes "ROLE NAME" the list's Kth such line does
+ *                         (what the processes of a run do at once may
+ *                         come in either order, each one's steps not)
  *
  * Without either variable a point costs one getenv, once per process. */
 #ifndef DSEC_CRASH_H

@@ -67,6 +67,32 @@ teardown() {
 
 # --- helpers of this file ---------------------------------------------------
 
+# sb_pids [ENV]: as helpers/run.bash's (the dsec processes whose
+# environment has the line ENV, a trailing * matching a prefix), with one
+# grep over every environment instead of a read loop per process: this
+# file asks after each of its hundred crashes.
+sb_pids() {
+  local want=${1:-DSEC_ROOT=$DSEC_ROOT} f p comm
+  local -a found
+  if [[ $want == *'*' ]]; then
+    mapfile -t found < <(grep -lzF -e "${want%\*}" /proc/[0-9]*/environ \
+      2>/dev/null)
+  else
+    mapfile -t found < <(grep -lzxF -e "$want" /proc/[0-9]*/environ \
+      2>/dev/null)
+  fi
+  for f in "${found[@]}"; do
+    p=${f#/proc/}
+    p=${p%/environ}
+    read -r comm 2>/dev/null <"/proc/$p/comm" || continue
+    case $comm in
+      dsec-supervise | dsec-init | dsec-run | dsec-vm | qemu-system-x86)
+        echo "$p"
+        ;;
+    esac
+  done
+}
+
 # crash_env N: a fresh DSEC_ROOT (a copy of the pristine store) and
 # DSEC_RUN for run N, and its files: $IT (the run's directory), $POINTS.
 crash_env() {
@@ -128,12 +154,12 @@ op_layer_create() {
 sb_running() { [ "$(sb_state "$1")" = running ]; }
 
 # replays ID SEQ CMD STDOUT: the trajectory of ID records SEQ with that
-# stdout, and, the sandbox running, `sh -c CMD` at the same seq is
+# stdout (a JSON string), and, the sandbox running, `sh -c CMD` at the same seq is
 # answered from it.
 replays() {
   local id=$1 seq=$2 cmd=$3 want=$4 traj res
   traj="$DSEC_ROOT/sandboxes/$id/trajectory.jsonl"
-  jq -e -s --argjson s "$seq" --arg o "$want" \
+  jq -e -s --argjson s "$seq" --argjson o "$want" \
     'any(.[]; .type == "exec" and .seq == $s and .result.stdout == $o)' \
     "$traj" >/dev/null || {
     echo "seq $seq (answered '$want') is not in $traj: $(cat "$traj" 2>&1)" >&2
@@ -144,7 +170,7 @@ replays() {
     echo "replay of seq $seq in $id failed: $res" >&2
     return 1
   }
-  jq -e --arg o "$want" '.replayed == true and .stdout == $o' <<<"$res" \
+  jq -e --argjson o "$want" '.replayed == true and .stdout == $o' <<<"$res" \
     >/dev/null || {
     echo "seq $seq in $id did not replay: $res" >&2
     return 1
@@ -186,7 +212,7 @@ after_crash() {
     id=$(sb_id)
     # the exec of seq 1 was answered before the operation began
     if [ -d "$DSEC_ROOT/sandboxes/$id" ]; then
-      replays "$id" 1 "$CMD1" "$(jq -r .stdout "$IT/answer")" || {
+      replays "$id" 1 "$CMD1" "$(jq -c .stdout "$IT/answer")" || {
         echo "$what" >&2
         return 1
       }
@@ -194,7 +220,7 @@ after_crash() {
   fi
   if [ "$op" = op_exec ] && [ "$status" -eq 0 ]; then
     # answered: recorded before
-    replays "$id" 2 "$CMD2" "$(jq -r .stdout "$out")" || {
+    replays "$id" 2 "$CMD2" "$(jq -c .stdout "$out")" || {
       echo "$what" >&2
       return 1
     }
@@ -250,7 +276,7 @@ after_crash() {
 # crash_all OP PREP: enumerates OP's points after PREP, then kills at
 # each one in turn (see above).
 crash_all() {
-  local op=$1 prep=$2 p m n line st
+  local op=$1 prep=$2 p m n k line st
   crash_env enum
   "$prep" "" || { echo "preparation failed" >&2; return 1; }
   p=$(wc -l <"$POINTS")
@@ -261,16 +287,19 @@ crash_all() {
   after_crash "$op" "$prep" "$op uncrashed" 0 || return
   rm -rf "$DSEC_RUN" "$IT"
   for ((n = p + 1; n <= m; n++)); do
+    # the point as its process sees it: the Kth time it reaches it (the
+    # processes of a run may come in either order)
     line=$(sed -n "${n}p" "$BATS_TEST_TMPDIR/enumerated")
+    k=$(head -n "$n" "$BATS_TEST_TMPDIR/enumerated" | grep -cxF -e "$line")
     crash_env "$n"
-    "$prep" "$n" || { echo "preparation failed at $n" >&2; return 1; }
+    "$prep" "$line#$k" || { echo "preparation failed at $n" >&2; return 1; }
     st=0
-    crashing "$n" "$op" >"$IT/out" 2>"$IT/err" || st=$?
-    [ "$(sed -n "${n}p" "$POINTS")" = "$line" ] || {
-      echo "point $n was '$line' but this run reached: $(cat "$POINTS")" >&2
+    crashing "$line#$k" "$op" >"$IT/out" 2>"$IT/err" || st=$?
+    [ "$(grep -cxF -e "$line" "$POINTS")" -ge "$k" ] || {
+      echo "point $n ($line #$k) was not reached: $(cat "$POINTS")" >&2
       return 1
     }
-    after_crash "$op" "$prep" "killed at point $n ($line), $op exit $st" \
+    after_crash "$op" "$prep" "killed at point $n ($line #$k), $op exit $st" \
       "$st" || return
     rm -rf "$DSEC_RUN" "$IT"
   done
