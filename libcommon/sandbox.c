@@ -276,6 +276,19 @@ bool dsec_process_alive(pid_t pid, uint64_t starttime)
   return pid > 0 && starttime && dsec_process_starttime(pid) == starttime;
 }
 
+bool dsec_sandbox_resume_cut(json_t *st)
+{
+  const char *state = json_string_value(json_object_get(st, "state"));
+  return state && strcmp(state, "creating") == 0 &&
+         json_is_true(json_object_get(st, "resuming")) &&
+         (json_is_string(json_object_get(st, "checkpoint")) ||
+          json_is_string(json_object_get(st, "snapshot"))) &&
+         !dsec_process_alive(
+           (pid_t) json_integer_value(json_object_get(st, "supervisor_pid")),
+           (uint64_t) json_integer_value(
+             json_object_get(st, "supervisor_start")));
+}
+
 json_t *dsec_sandbox_status(const char *id, struct dsec_error **err)
 {
   _cleanup_error_ struct dsec_error *e = NULL;
@@ -303,6 +316,15 @@ json_t *dsec_sandbox_status(const char *id, struct dsec_error **err)
   if (state && strcmp(state, "suspended") == 0 &&
       json_is_true(json_object_get(st, "released")))
     return st;
+  /* nor has one whose resume was killed before its supervisor ran: it is
+   * as released as before, its checkpoint (or snapshot) intact */
+  if (dsec_sandbox_resume_cut(st)) {
+    json_object_set_new(st, "state", json_string("suspended"));
+    json_object_set_new(st, "released", json_true());
+    json_object_set_new(st, "cause", json_string("resume interrupted"));
+    json_object_del(st, "resuming");
+    return st;
+  }
   if (state && (strcmp(state, "running") == 0 ||
                 strcmp(state, "creating") == 0 ||
                 strcmp(state, "suspended") == 0 ||

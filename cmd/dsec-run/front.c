@@ -1106,11 +1106,18 @@ static int create_sandbox(json_t *spec_in, const char *reuse_id,
        * where its processes live on, else reported lost) */
       _cleanup_json_ json_t *old = dsec_sandbox_state_read(id, NULL);
       static const char *const kept[] = { "audit", "sessions" };
+      static const char *const from[] = { "checkpoint", "snapshot" };
       if (json_is_string(json_object_get(old, "created")))
         json_object_set(st, "created", json_object_get(old, "created"));
       for (size_t k = 0; k < ARRAY_SIZE(kept); k++)
         if (json_is_object(json_object_get(old, kept[k])))
           json_object_set(st, kept[k], json_object_get(old, kept[k]));
+      /* and what it resumes from: a resume killed before its supervisor
+       * runs leaves it released (dsec_sandbox_status), not dead */
+      json_object_set_new(st, "resuming", json_true());
+      for (size_t k = 0; k < ARRAY_SIZE(from); k++)
+        if (json_is_string(json_object_get(old, from[k])))
+          json_object_set(st, from[k], json_object_get(old, from[k]));
     }
     if (ret == 0) {
       text = json_dumps(st, JSON_COMPACT);
