@@ -169,15 +169,19 @@ static int fix_ref(struct verify *v, int dirfd, const char *path,
   return dsec_fsync_dir(dirfd, err);
 }
 
-/* Partial objects younger than min_age_s are left alone. */
-static bool too_young(struct verify *v, int dirfd, const char *name)
+/* Younger than min_age_s. */
+static bool young(struct verify *v, int dirfd, const char *name)
 {
   struct stat st;
-  if (v->o->no_partial)
-    return true;
   return v->o->min_age_s > 0 &&
          fstatat(dirfd, name, &st, AT_SYMLINK_NOFOLLOW) == 0 &&
          v->now - st.st_mtime < v->o->min_age_s;
+}
+
+/* Partial objects left alone: all with no_partial, else the young. */
+static bool too_young(struct verify *v, int dirfd, const char *name)
+{
+  return v->o->no_partial || young(v, dirfd, name);
 }
 
 static DIR *opendir_at(int dirfd, const char *name)
@@ -413,7 +417,7 @@ static int check_layer(struct verify *v, const char *hex,
     else if (json_object_get(v->bad, digest))
       why = xstrdup("its blob is damaged");
     else if (!dsec_store_has_blob(v->s, digest)) {
-      if (too_young(v, v->s->layers_fd, hex))
+      if (young(v, v->s->layers_fd, hex))
         return 0;
       why = xstrdup("its blob is missing (an import cut short)");
     }
