@@ -15,6 +15,11 @@
  *                         (what the processes of a run do at once may
  *                         come in either order, each one's steps not)
  *
+ * Points are named for the step just done: a temporary file written is
+ * named after the file it becomes ("state.json"), then "synced" and
+ * "renamed"; "blob written", "blob linked"; "exec" (before a fork and
+ * exec); "trajectory written", "trajectory synced", "answered"; ...
+ *
  * Without either variable a point costs one getenv, once per process. */
 #ifndef DSEC_CRASH_H
 #define DSEC_CRASH_H

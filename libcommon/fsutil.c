@@ -451,4 +451,3 @@ char *dsec_loop_attach(int backing_fd, int *loop_fd, struct dsec_error **err)
   dsec_fail(err, EBUSY, "cannot find a free loop device");
   return NULL;
 }
-
