@@ -203,11 +203,25 @@ nothing_left() {
   [ -z "$left" ] || { echo "temporary files left: $left" >&2; return 1; }
 }
 
+# settle: waits (10 s at most) until no sandbox is being created: a
+# supervisor told "go" before its creator was killed boots on alone.
+settle() {
+  local i
+  for ((i = 0; i < 100; i++)); do
+    dsec-run ps --all | jq -e -s 'all(.state != "creating")' >/dev/null &&
+      return 0
+    sleep 0.1
+  done
+  echo "sandboxes still creating: $(dsec-run ps --all)" >&2
+  return 1
+}
+
 # after_crash OP PREP WHAT STATUS: the checks (see the top of the file);
 # WHAT names the crash in messages.
 after_crash() {
   local op=$1 prep=$2 what=$3 status=$4 out="$IT/out" err="$IT/err" id=
   local st ids
+  settle || { echo "$what" >&2; return 1; }
   if [ "$prep" != prep_none ]; then
     id=$(sb_id)
     # the exec of seq 1 was answered before the operation began
@@ -228,6 +242,7 @@ after_crash() {
   # the same command again
   st=0
   "$op" >"$IT/out2" 2>"$IT/err2" || st=$?
+  settle || { echo "$what" >&2; return 1; }
   if [ "$st" -ne 0 ]; then
     if [ "$st" -gt 3 ] && [ "$st" -ne 125 ] || ! [ -s "$IT/err2" ]; then
       echo "$what: the rerun failed ($st) without saying why: $(cat "$IT/err2")" >&2
