@@ -107,6 +107,22 @@ json_t *dsec_compose(struct dsec_store *s, const char *image,
                           "ref", extra[i]));
     }
   }
+  /* a layer stacked twice is there once, at its top place: overlayfs
+   * refuses a lower layer given twice (ELOOP), and the lower copy shows
+   * nothing the upper one does not cover (what it has, hides or makes
+   * opaque, the upper has, hides or makes opaque over everything below).
+   * A checkpoint that changed nothing since the last one is such a layer,
+   * and so are an image's repeated empty layers. */
+  for (size_t i = json_array_size(layers); i-- > 0;) {
+    const char *d = json_string_value(
+      json_object_get(json_array_get(layers, i), "digest"));
+    for (size_t j = i + 1; d && j < json_array_size(layers); j++)
+      if (strcmp(d, json_string_value(json_object_get(
+                      json_array_get(layers, j), "digest")) ?: "") == 0) {
+        json_array_remove(layers, i);
+        break;
+      }
+  }
   out = json_pack("{s:s, s:{s:s, s:s, s:O}, s:o, s:O}", "type", "environment",
                   "image", "digest", digest, "ref", image, "platform",
                   json_object_get(img, "platform"), "layers", layers, "config",

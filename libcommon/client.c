@@ -10,6 +10,7 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include "crash.h"
 #include "fsutil.h"
 #include "sandbox.h"
 
@@ -149,5 +150,6 @@ json_t *dsec_conn_call(struct dsec_conn *c, json_t *req,
 {
   if (dsec_conn_send(c, req, err) < 0)
     return NULL;
+  dsec_crash_point("request sent");
   return dsec_conn_recv(c, err);
 }

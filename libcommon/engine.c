@@ -23,6 +23,7 @@
 
 #include "cgroup.h"
 #include "copy.h"
+#include "crash.h"
 #include "digest.h"
 #include "fsutil.h"
 #include "log.h"
@@ -575,6 +576,7 @@ void dsec_job_finish(struct dsec_engine *e, struct dsec_job *j,
   if (e->ops->exec_done && !j->sess)
     e->ops->exec_done(e, j, res);
   client_write(j->cl, res);
+  dsec_crash_point("answered");
   json_decref(res);
   jobs_remove(e, j);
   e->last_activity_ms = now_ms();
@@ -2580,6 +2582,7 @@ _Noreturn void dsec_engine_serve(struct dsec_engine *e, json_t *fields,
   dsec_engine_event(e, event);
   /* idle from now on: a boot is not idleness */
   e->last_activity_ms = now_ms();
+  dsec_crash_point("ready");
   dsec_supervisor_report(e->ready_fd, json_pack("{s:b}", "ok", true));
   close(e->ready_fd);
   e->ready_fd = -1;

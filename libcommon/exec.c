@@ -15,6 +15,7 @@
 #include <openssl/evp.h>
 
 #include "audit.h"
+#include "crash.h"
 #include "exitcodes.h"
 #include "process.h"
 #include "proxy.h"
@@ -431,10 +432,13 @@ int dsec_traj_append(struct dsec_traj *t, json_t *seq, json_t *req,
   off_t off = lseek(t->fd, 0, SEEK_END);
   int ret = dsec_json_write_line(t->fd, rec, err);
   json_decref(rec);
+  if (ret == 0)
+    dsec_crash_point("trajectory written");
   if (ret == 0 && fdatasync(t->fd) < 0)
     ret = dsec_fail(err, errno, "cannot sync the trajectory");
   if (ret < 0)
     return ret;
+  dsec_crash_point("trajectory synced");
   if (seq) {
     traj_note(t, json_integer_value(seq), off,
               (size_t) (lseek(t->fd, 0, SEEK_END) - off));
@@ -452,9 +456,13 @@ static int traj_checkpoint(struct dsec_traj *t, const char *digest,
                           "layer", digest, "consistent", consistent);
   int ret = dsec_json_write_line(t->fd, rec, err);
   json_decref(rec);
+  if (ret == 0)
+    dsec_crash_point("checkpoint recorded");
   if (ret == 0 && fdatasync(t->fd) < 0)
     ret = dsec_fail(err, errno, "cannot record the checkpoint in the "
                                 "trajectory");
+  if (ret == 0)
+    dsec_crash_point("checkpoint synced");
   return ret;
 }
 

@@ -15,6 +15,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "crash.h"
+
 int dsec_write_all(int fd, const void *buf, size_t len,
                    struct dsec_error **err)
 {
@@ -131,16 +133,19 @@ int dsec_fsync_dir(int dirfd, struct dsec_error **err)
 int dsec_commit_tmp_at(int dirfd, int fd, const char *tmpname,
                        const char *name, struct dsec_error **err)
 {
+  dsec_crash_point(name);
   if (fsync(fd) < 0) {
     int e = errno;
     unlinkat(dirfd, tmpname, 0);
     return dsec_fail(err, e, "cannot sync %s", name);
   }
+  dsec_crash_point("synced");
   if (renameat(dirfd, tmpname, dirfd, name) < 0) {
     int e = errno;
     unlinkat(dirfd, tmpname, 0);
     return dsec_fail(err, e, "cannot rename %s into place", name);
   }
+  dsec_crash_point("renamed");
   return dsec_fsync_dir(dirfd, err);
 }
 
@@ -166,17 +171,21 @@ int dsec_write_file_replace(int dirfd, const char *name, const void *buf,
 {
   _cleanup_free_ char *tmp = NULL;
   _cleanup_close_ int fd = dsec_open_tmp_at(dirfd, name, mode, &tmp, err);
+  int ret;
 
   if (fd < 0)
     return fd;
-  if (dsec_write_all(fd, buf, len, err) < 0 ||
-      renameat(dirfd, tmp, dirfd, name) < 0) {
+  ret = dsec_write_all(fd, buf, len, err);
+  if (ret == 0)
+    dsec_crash_point(name);
+  if (ret < 0 || renameat(dirfd, tmp, dirfd, name) < 0) {
     int e = errno;
     unlinkat(dirfd, tmp, 0);
     if (err && *err)
       return dsec_error_wrap(err, "%s", name);
     return dsec_fail(err, e, "cannot rename %s into place", name);
   }
+  dsec_crash_point("renamed");
   return 0;
 }
 

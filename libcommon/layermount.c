@@ -386,6 +386,18 @@ int dsec_layer_unmount(const char *run, const char *hex, bool *busy,
   /* the directory and its lock file stay: a user waiting on the lock
    * finds no mount and mounts anew */
   unlinkat(ldfd, "mount.json", 0);
+  {
+    /* and what a writer of mount.json killed half way left (writers hold
+     * the lock we have) */
+    _cleanup_closedir_ DIR *d = NULL;
+    struct dirent *de;
+    int fd = openat(ldfd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (fd >= 0 && !(d = fdopendir(fd)))
+      close(fd);
+    while (d && (de = readdir(d)))
+      if (dsec_str_has_prefix(de->d_name, "mount.json.tmp-"))
+        unlinkat(ldfd, de->d_name, 0);
+  }
   return 0;
 }
 

@@ -14,6 +14,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "crash.h"
 #include "exitcodes.h"
 
 #define OUT_MAX (1u << 20)
@@ -55,6 +56,7 @@ int dsec_program_start(char *const argv[], const char *cwd, int in_fd,
   p->pid = -1;
   p->out_fd = p->err_fd = -1;
   p->argv0 = argv[0];
+  dsec_crash_point("exec");
   if (pipe2(ep, O_CLOEXEC) < 0)
     return dsec_fail(err, errno, "pipe");
   if (want_out && pipe2(op, O_CLOEXEC) < 0) {

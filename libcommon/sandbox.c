@@ -19,6 +19,7 @@
 #include "audit.h"
 #include "cgroup.h"
 #include "client.h"
+#include "crash.h"
 #include "fsutil.h"
 #include "idrange.h"
 #include "log.h"
@@ -275,6 +276,19 @@ bool dsec_process_alive(pid_t pid, uint64_t starttime)
   return pid > 0 && starttime && dsec_process_starttime(pid) == starttime;
 }
 
+bool dsec_sandbox_resume_cut(json_t *st)
+{
+  const char *state = json_string_value(json_object_get(st, "state"));
+  return state && strcmp(state, "creating") == 0 &&
+         json_is_true(json_object_get(st, "resuming")) &&
+         (json_is_string(json_object_get(st, "checkpoint")) ||
+          json_is_string(json_object_get(st, "snapshot"))) &&
+         !dsec_process_alive(
+           (pid_t) json_integer_value(json_object_get(st, "supervisor_pid")),
+           (uint64_t) json_integer_value(
+             json_object_get(st, "supervisor_start")));
+}
+
 json_t *dsec_sandbox_status(const char *id, struct dsec_error **err)
 {
   _cleanup_error_ struct dsec_error *e = NULL;
@@ -302,6 +316,15 @@ json_t *dsec_sandbox_status(const char *id, struct dsec_error **err)
   if (state && strcmp(state, "suspended") == 0 &&
       json_is_true(json_object_get(st, "released")))
     return st;
+  /* nor has one whose resume was killed before its supervisor ran: it is
+   * as released as before, its checkpoint (or snapshot) intact */
+  if (dsec_sandbox_resume_cut(st)) {
+    json_object_set_new(st, "state", json_string("suspended"));
+    json_object_set_new(st, "released", json_true());
+    json_object_set_new(st, "cause", json_string("resume interrupted"));
+    json_object_del(st, "resuming");
+    return st;
+  }
   if (state && (strcmp(state, "running") == 0 ||
                 strcmp(state, "creating") == 0 ||
                 strcmp(state, "suspended") == 0 ||
@@ -376,10 +399,13 @@ void dsec_sandbox_remove_files(const char *id, json_t *spec)
   const char *name = json_string_value(json_object_get(spec, "name"));
 
   /* the host id range first: it is found through the directory */
+  dsec_crash_point("removing");
   dsec_idrange_release(id);
+  dsec_crash_point("ids released");
   if (dsec_rm_rf_at(AT_FDCWD, dir, &e) < 0)
     dsec_warn("%s", e->msg);
   dsec_error_free(steal_pointer(&e));
+  dsec_crash_point("directory removed");
   dsec_rm_rf_at(AT_FDCWD, run, &e);
   if (name)
     dsec_sandbox_name_release(name, id);
@@ -434,6 +460,7 @@ int dsec_sandbox_stop(const char *id, bool force, struct dsec_error **err)
     if (dsec_process_alive(sup, start))
       return dsec_fail(err, EBUSY, "the supervisor of %s does not stop", id);
   }
+  dsec_crash_point("supervisor stopped");
   /* whatever a dead supervisor left: processes, cgroups (found by the id
    * too: a supervisor killed while creating had not recorded them yet) */
   {

@@ -47,8 +47,13 @@ int dsec_sandbox_state_write(const char *id, json_t *state,
                              struct dsec_error **err);
 
 /* The state with liveness applied: a sandbox whose state says it runs but
- * whose supervisor is gone is reported "died" (new ref). */
+ * whose supervisor is gone is reported "died"; one whose resume was
+ * killed before its supervisor ran, released again (new ref). */
 json_t *dsec_sandbox_status(const char *id, struct dsec_error **err);
+
+/* A state written by a resume ("creating", "resuming") whose supervisor
+ * is gone, with the checkpoint or snapshot it resumed from. */
+bool dsec_sandbox_resume_cut(json_t *st);
 
 /* All sandbox ids, sorted (new array). */
 json_t *dsec_sandbox_list(struct dsec_error **err);

@@ -11,6 +11,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "crash.h"
 #include "fsutil.h"
 #include "lock.h"
 
@@ -309,6 +310,7 @@ int dsec_blob_writer_commit(struct dsec_blob_writer *w, bool *existed,
     dsec_blob_writer_abort(w);
     return dsec_fail(err, EINVAL, "blob committed before it was finished");
   }
+  dsec_crash_point("blob written");
   /* Blobs are read-only once in place. */
   fchmod(w->fd, 0444);
   /* link() never replaces: the first complete copy wins and a concurrent
@@ -319,6 +321,7 @@ int dsec_blob_writer_commit(struct dsec_blob_writer *w, bool *existed,
     else
       ret = dsec_fail(err, errno, "cannot store blob %s", w->digest);
   }
+  dsec_crash_point("blob linked");
   unlinkat(s->tmp_fd, w->tmpname, 0);
   if (ret == 0 && !had)
     ret = dsec_fsync_dir(s->blobs_fd, err);

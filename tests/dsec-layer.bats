@@ -66,7 +66,7 @@ tree_list() {
   run -0 --separate-stderr dsec-layer --help
   [[ "$output" == Usage:\ dsec-layer* ]]
   local c
-  for c in create tag ls inspect rm export compose materialise; do
+  for c in create tag ls inspect rm export compose materialise verify; do
     [[ "$output" == *"  $c "* ]]
   done
   [ -z "$stderr" ]
@@ -103,6 +103,8 @@ tree_list() {
   run -2 --separate-stderr dsec-layer rm --format erofs x
   run -2 --separate-stderr dsec-layer materialise --name a@1 x
   run -2 --separate-stderr dsec-layer create --force --dir "$BATS_TEST_TMPDIR"
+  run -2 --separate-stderr dsec-layer ls --repair
+  run -2 --separate-stderr dsec-layer verify extra
   [ ! -e "$(store_dir)/blobs" ]
 }
 
@@ -591,6 +593,22 @@ tree_list() {
   jq_ok '[.layers[].digest] == [$il]' --arg il "$ilayer"
 }
 
+@test "compose lists a layer stacked twice once, at its upper place" {
+  local a="$BATS_TEST_TMPDIR/a" b="$BATS_TEST_TMPDIR/b" la lb il
+  mkdir -p "$a" "$b"
+  echo a >"$a/f"
+  echo b >"$b/g"
+  run -0 --separate-stderr dsec-pull --name img/bb:1 "tar:$(busybox_tar)"
+  il=$(jq -r '.layers[0].digest' <<<"$output")
+  la=$(dsec-layer create --dir "$a" --name t/a@1 | jq -r .digest)
+  lb=$(dsec-layer create --dir "$b" --name t/b@1 | jq -r .digest)
+  run -0 --separate-stderr dsec-layer compose img/bb@1 t/a@1 t/b@1 t/a@1 \
+    img/bb@1
+  jq_ok '[.layers[].digest] == [$b, $a, $i] and
+    [.layers[].from] == ["layer", "layer", "layer"]' \
+    --arg a "$la" --arg b "$lb" --arg i "$il"
+}
+
 @test "compose of a layer as IMAGE is bad input (3)" {
   run -0 --separate-stderr dsec-layer create --tar "$(busybox_tar)" --name base@1
   run -3 --separate-stderr dsec-layer compose base@1
@@ -889,4 +907,136 @@ tree_list() {
   blobs_verify "$(store_dir)/blobs/sha256"
   run -0 --separate-stderr dsec-layer materialise "$digest"
   cmp "$big/chunk3" "$(rootfs_of "$digest")/chunk3"
+}
+
+# --- verify -----------------------------------------------------------------
+
+# out_jq JQ-ARGS...: as in helpers/run.bash, jq -e over $output.
+out_jq() {
+  if ! jq -e "$@" <<<"$output" >/dev/null; then
+    echo "jq -e $* failed on stdout: $output" >&2
+    echo "stderr: ${stderr-}" >&2
+    return 1
+  fi
+}
+
+# findings WHAT: the ids of the findings about WHAT in $output.
+findings() {
+  jq -r -s --arg w "$1" '.[] | select(.type == "finding" and .what == $w) | .id' \
+    <<<"$output"
+}
+
+@test "verify: a sound store is consistent (0), with a summary" {
+  local src="$BATS_TEST_TMPDIR/src"
+  make_tree "$src"
+  run -0 --separate-stderr dsec-pull --name img/bb:1 "tar:$(busybox_tar)"
+  run -0 --separate-stderr dsec-layer create --dir "$src" --name t/a@1
+  run -0 --separate-stderr dsec-layer materialise --format erofs t/a@1
+  run -0 --separate-stderr dsec-layer materialise t/a@1
+  run -0 --separate-stderr dsec-layer verify
+  one_line
+  jq_ok '.type == "summary" and .repair == false and .consistent == true
+    and .findings == 0 and .remaining == 0 and .checked.blobs == 4
+    and .checked.images == 1 and .checked.layers == 2 and .checked.refs == 2
+    and .checked.sources == 1 and (.duration_ms | type == "number")'
+  [ -z "$stderr" ]
+}
+
+@test "verify finds a corrupt blob, a truncated record, a temporary file and a dangling ref; --repair fixes them; verify is then clean" {
+  local src="$BATS_TEST_TMPDIR/src" s la img il zero
+  make_tree "$src"
+  s=$(store_dir)
+  run -0 --separate-stderr dsec-pull --name img/bb:1 "tar:$(busybox_tar)"
+  img=$(jq -r .digest <<<"$output")
+  il=$(jq -r '.layers[0].digest' <<<"$output")
+  run -0 --separate-stderr dsec-layer create --dir "$src" --name t/a@1
+  la=$(jq -r .digest <<<"$output")
+  run -0 --separate-stderr dsec-layer tag t/a@1 t/also@1
+
+  # a changed byte of the layer's blob; the image's record cut short; a
+  # writer's leftover; a name of nothing; a half-written record
+  chmod u+w "$s/blobs/sha256/${la#sha256:}"
+  printf 'X' | dd of="$s/blobs/sha256/${la#sha256:}" bs=1 seek=20 conv=notrunc \
+    2>/dev/null
+  truncate -s 20 "$s/images/${img#sha256:}.json"
+  echo partial >"$s/tmp/blob.tmp-00000000000000aa"
+  echo partial >"$s/refs/t/a/1.tmp-00000000000000bb"
+  zero=sha256:$(printf '0%.0s' $(seq 64))
+  mkdir -p "$s/refs/t/gone"
+  printf '{"type":"ref","name":"t/gone","version":"1","kind":"layer","digest":"%s"}' \
+    "$zero" >"$s/refs/t/gone/1"
+
+  run -1 --separate-stderr dsec-layer verify
+  out_jq -s 'last.type == "summary" and last.consistent == false and
+    last.remaining == last.findings and last.repaired == 0 and
+    (.[:-1] | all(.type == "finding" and .repair == "remove" and
+      (.problem | type == "string")))'
+  [ "$(findings blob)" = "$la" ]
+  [ "$(findings layer)" = "$la" ]
+  [ "$(findings image)" = "$img" ]
+  [ "$(findings ref | sort | tr '\n' ' ')" = "img/bb@1 t/a@1 t/also@1 t/gone@1 " ]
+  findings tmp | grep -qx "$s/tmp/blob.tmp-00000000000000aa"
+  findings tmp | grep -qx "$s/refs/t/a/1.tmp-00000000000000bb"
+  out_jq -s --arg d "$la" 'any(.[]; .what == "blob" and .id == $d and
+    (.problem | startswith("corrupt: its content hashes to sha256:")))'
+  stderr_has "not consistent"
+  # nothing changed
+  [ -e "$s/tmp/blob.tmp-00000000000000aa" ]
+  [ -e "$s/blobs/sha256/${la#sha256:}" ]
+
+  run -0 --separate-stderr dsec-layer verify --repair
+  out_jq -s 'last.repair == true and last.consistent == true and
+    last.remaining == 0 and last.repaired == last.findings and
+    last.findings > 0 and
+    (.[:-1] | all(.type == "finding" and .repair == "removed"))'
+  [ ! -e "$s/tmp/blob.tmp-00000000000000aa" ]
+  [ ! -e "$s/blobs/sha256/${la#sha256:}" ]
+  [ ! -e "$s/layers/${la#sha256:}" ]
+  [ ! -e "$s/images/${img#sha256:}.json" ]
+  [ ! -e "$s/refs/t/gone" ]
+
+  run -0 --separate-stderr dsec-layer verify
+  one_line
+  jq_ok '.consistent == true and .findings == 0'
+  # what was removed comes back
+  run -0 --separate-stderr dsec-pull --name img/bb:1 "tar:$(busybox_tar)"
+  run -0 --separate-stderr dsec-layer create --dir "$src" --name t/a@1
+  [ "$(jq -r .digest <<<"$output")" = "$la" ]
+  run -0 --separate-stderr dsec-layer verify
+  jq_ok '.consistent == true and .checked.images == 1'
+}
+
+@test "verify: a damaged EROFS image, an unmarked tree and a half-removed layer; --repair" {
+  local src="$BATS_TEST_TMPDIR/src" s la hex
+  make_tree "$src"
+  s=$(store_dir)
+  run -0 --separate-stderr dsec-layer create --dir "$src" --name t/a@1
+  la=$(jq -r .digest <<<"$output")
+  hex=${la#sha256:}
+  run -0 --separate-stderr dsec-layer materialise --format erofs t/a@1
+  run -0 --separate-stderr dsec-layer materialise t/a@1
+  chmod u+w "$s/layers/$hex/layer.erofs"
+  dd if=/dev/zero of="$s/layers/$hex/layer.erofs" bs=1 seek=1024 count=4 \
+    conv=notrunc 2>/dev/null
+  rm "$s/layers/$hex/rootfs.opaque-user"
+  mkdir "$s/layers/.trash-$hex"
+
+  run -1 --separate-stderr dsec-layer verify
+  out_jq -s --arg p "$s/layers/$hex" '
+    any(.[]; .what == "erofs" and .id == $p + "/layer.erofs" and
+      (.problem | test("superblock")) and .repair == "remove") and
+    any(.[]; .what == "rootfs" and .id == $p + "/rootfs" and
+      .repair == "complete") and
+    any(.[]; .what == "tmp" and (.id | endswith("/.trash-" + ($p | split("/") | last))))'
+
+  run -0 --separate-stderr dsec-layer verify --repair
+  out_jq -s 'any(.[]; .what == "rootfs" and .repair == "completed") and
+    any(.[]; .what == "erofs" and .repair == "removed")'
+  [ -e "$s/layers/$hex/rootfs.opaque-user" ]
+  [ ! -e "$s/layers/$hex/layer.erofs" ]
+  run -0 --separate-stderr dsec-layer verify
+  # made again on demand
+  run -0 --separate-stderr dsec-layer materialise --format erofs t/a@1
+  jq_ok '.made == true'
+  run -0 --separate-stderr dsec-layer verify
 }

@@ -536,6 +536,60 @@ sb_exec_ok() {
 
 # --- the store --------------------------------------------------------------
 
+@test "what dsec-layer verify would repair is in the plan (verify), and repaired; a sandbox's layer is kept" {
+  local s keep zero hex img cut
+  s=$(store_dir)
+  keep=$(sb_create)
+  img=$(dsec-layer inspect busybox:1 | jq -r .digest)
+  hex=$(jq -r '.layers[0].digest' "$DSEC_ROOT/sandboxes/$keep/environment.json")
+  hex=${hex#sha256:}
+  zero=sha256:$(printf '0%.0s' $(seq 64))
+  mkdir -p "$s/refs/t/gone"
+  printf '{"type":"ref","name":"t/gone","version":"1","kind":"image","digest":"%s"}' \
+    "$zero" >"$s/refs/t/gone/1"
+  # the sandbox's layer loses its blob (its record goes with --repair
+  # unless used: here it is)
+  mv "$s/blobs/sha256/$hex" "$BATS_TEST_TMPDIR/blob"
+  touch -d '2 minutes ago' "$s/layers/$hex"
+  # an import cut short over a minute ago: a record without its blob
+  mkdir "$BATS_TEST_TMPDIR/d"
+  echo cut >"$BATS_TEST_TMPDIR/d/f"
+  cut=$(dsec-layer create --dir "$BATS_TEST_TMPDIR/d" | jq -r .digest)
+  cut=${cut#sha256:}
+  rm "$s/blobs/sha256/$cut"
+  touch -d '2 minutes ago' "$s/layers/$cut"
+
+  run -0 --separate-stderr dsec-reap --dry-run
+  has verify t/gone@1 "names image $zero, which the store does not have" \
+    "would remove"
+  has verify "sha256:$cut" "its blob is missing (an import cut short)" \
+    "would remove"
+  out_jq -s --arg d "sha256:$hex" --arg i "$keep" 'any(.[]; .what == "verify"
+    and .id == $d and .object == "layer" and .action == "kept" and
+    .why == "sandbox " + $i + " uses it")'
+  # the image needs the layer
+  has verify "$img" "its layer sha256:$hex is missing or damaged" \
+    "would remove"
+  [ -e "$s/refs/t/gone/1" ]
+
+  reap
+  has verify t/gone@1 "names image $zero, which the store does not have" \
+    removed
+  [ ! -e "$s/refs/t/gone" ]
+  [ ! -e "$s/layers/$cut" ]
+  [ -d "$s/layers/$hex" ]
+  sb_exec_ok "$keep"
+  # the blob back, all is sound but the image record the sandbox uses
+  # (gone with its name), until a new pull
+  mv "$BATS_TEST_TMPDIR/blob" "$s/blobs/sha256/$hex"
+  run -1 --separate-stderr dsec-layer verify
+  out_jq -s --arg i "$keep" --arg d "$img" '[.[] | select(.type == "finding")]
+    | length == 1 and .[0].what == "sandbox" and .[0].id == $i and
+      (.[0].problem | contains($d)) and (.[0].repair | startswith("none: "))'
+  run -0 --separate-stderr dsec-pull --name busybox:1 "tar:$(busybox_tar)"
+  run -0 --separate-stderr dsec-layer verify
+}
+
 @test "an unreferenced layer next to referenced ones: reported, then removed with --all" {
   local d free named used sb
   for d in free named used; do

@@ -671,6 +671,25 @@ requests_file() {
   out_jq '.replayed == false'
 }
 
+@test "fork and resume of a sandbox resumed twice with nothing changed (its checkpoint is its top layer already)" {
+  local id child
+  id=$(sb_create)
+  run -0 --separate-stderr dsec-run exec "$id" -- sh -c 'echo saved > /root/saved'
+  run -0 --separate-stderr dsec-run suspend --release "$id"
+  run -0 --separate-stderr dsec-run resume "$id"
+  # nothing changed: the empty layer on top
+  run -0 --separate-stderr dsec-run suspend --release "$id"
+  run -0 --separate-stderr dsec-run resume "$id"
+  # the next checkpoint is that same empty layer: stacked once
+  run -0 --separate-stderr dsec-run fork "$id"
+  child=$(jq -r '.id' <<<"$output")
+  echo "$child" >>"$SB_IDS"
+  [ "$(in_sb "$child" 'cat /root/saved')" = saved ]
+  run -0 --separate-stderr dsec-run suspend --release "$id"
+  run -0 --separate-stderr dsec-run resume "$id"
+  [ "$(in_sb "$id" 'cat /root/saved')" = saved ]
+}
+
 @test "fork of a frozen sandbox works and leaves it frozen" {
   local id child t s
   id=$(sb_create)

@@ -13,6 +13,7 @@
 #include "json.h"
 #include "layer.h"
 #include "log.h"
+#include "verify.h"
 
 enum {
   OPT_DIR = DSEC_OPT_FIRST_PRIVATE,
@@ -28,6 +29,7 @@ enum {
   OPT_STRIP_SETUID,
   OPT_STRIP_OVERLAY,
   OPT_PROTECT,
+  OPT_REPAIR,
 };
 
 static const struct option long_options[] = {
@@ -44,6 +46,7 @@ static const struct option long_options[] = {
   { "strip-setuid", no_argument, NULL, OPT_STRIP_SETUID },
   { "strip-overlay", no_argument, NULL, OPT_STRIP_OVERLAY },
   { "protect", required_argument, NULL, OPT_PROTECT },
+  { "repair", no_argument, NULL, OPT_REPAIR },
   DSEC_COMMON_LONG_OPTIONS,
   { NULL, 0, NULL, 0 },
 };
@@ -69,6 +72,7 @@ static void help(void)
         "  compose IMAGE [LAYER]...     print the environment a backend boots\n"
         "  materialise [--format dir|erofs] REF...\n"
         "                               make layers ready to mount\n"
+        "  verify [--repair]            check the whole store\n"
         "\n"
         "Options:\n"
         "      --debug            print debug records on stderr\n"
@@ -87,6 +91,7 @@ static void help(void)
         "                         whiteouts become OCI whiteouts\n"
         "      --protect=PATH     (create) refuse a layer that would change "
         "PATH\n"
+        "      --repair           (verify) fix what can be fixed safely\n"
         "      --scrub-git        (create) keep only the current commit of "
         ".git\n"
         "      --strip-overlay    (create) with --tar, remove overlay "
@@ -97,7 +102,9 @@ static void help(void)
         "      --tar=FILE         (create) the layer's content as a tarball\n"
         "      --version          show the version and exit\n"
         "\n"
-        "Exit status: 0 ok, 1 failed, 2 usage, 3 bad input.\n",
+        "Exit status: 0 ok, 1 failed (verify: the store is not "
+        "consistent), 2 usage,\n"
+        "3 bad input.\n",
         stdout);
 }
 
@@ -109,6 +116,7 @@ struct options {
   const char **protect; /* --protect, NULL-terminated */
   size_t nprotect;
   bool force;
+  bool repair;
   bool format_set;
   enum dsec_layer_format format;
 };
@@ -133,6 +141,8 @@ static bool option_allowed(const char *cmd, int opt)
     return strcmp(cmd, "rm") == 0;
   case OPT_FORMAT:
     return strcmp(cmd, "materialise") == 0 || strcmp(cmd, "materialize") == 0;
+  case OPT_REPAIR:
+    return strcmp(cmd, "verify") == 0;
   default:
     return true;
   }
@@ -145,7 +155,7 @@ static const struct {
   { "create", 0, 0 },  { "tag", 2, 2 },     { "ls", 0, 0 },
   { "inspect", 1, 1 }, { "rm", 1, 1024 },   { "export", 2, 2 },
   { "compose", 1, 1024 }, { "materialise", 1, 1024 },
-  { "materialize", 1, 1024 },
+  { "materialize", 1, 1024 }, { "verify", 0, 0 },
 };
 
 static int parse_args(int argc, char **argv, struct options *o, bool *exit_now)
@@ -185,6 +195,9 @@ static int parse_args(int argc, char **argv, struct options *o, bool *exit_now)
       break;
     case OPT_FORCE:
       o->force = true;
+      break;
+    case OPT_REPAIR:
+      o->repair = true;
       break;
     case OPT_OVERLAY_UPPER:
       o->create.overlay_upper = true;
@@ -249,7 +262,7 @@ static int parse_args(int argc, char **argv, struct options *o, bool *exit_now)
                                OPT_MAX_SIZE,   OPT_FORCE,   OPT_FORMAT,
                                OPT_OVERLAY_UPPER, OPT_ID_SHIFT,
                                OPT_STRIP_SETUID, OPT_STRIP_OVERLAY,
-                               OPT_PROTECT };
+                               OPT_PROTECT,    OPT_REPAIR };
     bool given[] = { o->create.dir,        o->create.tar,
                      o->create.name,       o->create.scrub_git,
                      o->create.policy.keep_setuid,
@@ -257,7 +270,8 @@ static int parse_args(int argc, char **argv, struct options *o, bool *exit_now)
                      o->force,             o->format_set,
                      o->create.overlay_upper, o->create.id_shift != 0,
                      o->create.policy.strip_setuid,
-                     o->create.policy.strip_overlay, o->nprotect != 0 };
+                     o->create.policy.strip_overlay, o->nprotect != 0,
+                     o->repair };
     for (size_t i = 0; i < ARRAY_SIZE(all); i++)
       if (given[i] && !option_allowed(o->cmd, all[i]))
         return dsec_usage_error("%s: option --%s does not apply", o->cmd,
@@ -317,9 +331,54 @@ static int cmd_ls(struct dsec_store *s, struct dsec_error **err)
   return 0;
 }
 
+static int print_finding(json_t *rec, void *ud, struct dsec_error **err)
+{
+  (void) ud;
+  return dsec_json_print(rec, err);
+}
+
+/* verify [--repair]: the findings, a summary, and a failure when the
+ * store is not consistent (once repaired, when repairing). */
+static int cmd_verify(struct dsec_store *s, bool repair,
+                      struct dsec_error **err)
+{
+  const struct dsec_verify_opts vo = { .repair = repair };
+  struct dsec_verify_counts c;
+  _cleanup_close_ int gc = -1;
+  double t0 = dsec_now_ms();
+
+  /* shared: writers go on while we read; exclusive to repair, so that no
+   * writer is between its steps when we remove what looks partial */
+  gc = dsec_store_lock_gc(s, repair, err);
+  if (gc < 0 || dsec_store_verify(s, &vo, print_finding, NULL, &c, err) < 0)
+    return -1;
+  if (dsec_json_print_new(
+        json_pack("{s:s, s:b, s:{s:I, s:I, s:I, s:I, s:I}, s:I, s:I, s:I, "
+                  "s:b, s:f}",
+                  "type", "summary", "repair", repair, "checked", "blobs",
+                  (json_int_t) c.blobs, "images", (json_int_t) c.images,
+                  "layers", (json_int_t) c.layers, "refs",
+                  (json_int_t) c.refs, "sources", (json_int_t) c.sources,
+                  "findings", (json_int_t) c.findings, "repaired",
+                  (json_int_t) c.repaired, "remaining",
+                  (json_int_t) c.remaining, "consistent", c.remaining == 0,
+                  "duration_ms", round((dsec_now_ms() - t0) * 10) / 10),
+        err) < 0)
+    return -1;
+  if (c.remaining > 0)
+    return dsec_fail(err, 0, "the store is not consistent: %lld finding%s "
+                             "remain%s",
+                     (long long) c.remaining, c.remaining == 1 ? "" : "s",
+                     c.remaining == 1 ? "s" : "");
+  return 0;
+}
+
 static int run(struct dsec_store *s, struct options *o, struct dsec_error **err)
 {
   const char *cmd = o->cmd;
+
+  if (strcmp(cmd, "verify") == 0)
+    return cmd_verify(s, o->repair, err);
 
   if (strcmp(cmd, "create") == 0) {
     json_t *rec = NULL;

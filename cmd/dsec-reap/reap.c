@@ -28,6 +28,7 @@
 #include "sandbox.h"
 #include "spec.h"
 #include "store.h"
+#include "verify.h"
 #include "vmimage.h"
 
 #define CG_ROOT "/sys/fs/cgroup"
@@ -570,10 +571,12 @@ static const char *sandbox_reason(struct reap *r, const char *id, json_t *st,
         return "world";
     }
   }
-  if (s && strcmp(s, "suspended") == 0 &&
-      json_is_true(json_object_get(st, "released"))) {
+  if ((s && strcmp(s, "suspended") == 0 &&
+       json_is_true(json_object_get(st, "released"))) ||
+      dsec_sandbox_resume_cut(st)) {
     /* released: no supervisor by design, waiting for a resume (which
-     * gives it a new ttl); only training progress takes it */
+     * gives it a new ttl), or again after a resume killed before its
+     * supervisor ran; only training progress takes it */
     if (r->o->min_step_set && label_step(spec, &step) && step < r->o->min_step)
       return "step";
     return NULL;
@@ -1650,6 +1653,46 @@ static int reap_store_stale(struct reap *r, struct dsec_store *s,
   return ret;
 }
 
+/* A finding of dsec-layer verify as a record of ours: what verify would
+ * repair (with dry_run) or did. */
+static int verify_emit(json_t *f, void *ud, struct dsec_error **err)
+{
+  struct reap *r = ud;
+  const char *repair = json_string_value(json_object_get(f, "repair"));
+  const char *id = json_string_value(json_object_get(f, "id"));
+  const char *problem = json_string_value(json_object_get(f, "problem"));
+  json_t *extra = json_pack("{s:O}", "object", json_object_get(f, "what"));
+  const char *action;
+
+  if (dsec_str_has_prefix(repair, "none: ")) {
+    json_object_set_new(extra, "why", json_string(repair + 6));
+    action = "kept";
+  } else if (dsec_str_has_prefix(repair, "failed: ")) {
+    json_object_set_new(extra, "error", json_string(repair + 8));
+    action = "failed";
+  } else if (strcmp(repair, "remove") == 0)
+    action = "would remove";
+  else if (strcmp(repair, "complete") == 0)
+    action = "would complete";
+  else
+    action = repair; /* removed, completed */
+  return put(r, "verify", id, problem, action, 0, extra, err);
+}
+
+/* What dsec-layer verify finds without rehashing blobs (a record that
+ * does not parse or needs what is gone, a name of nothing, a layer whose
+ * import was cut short over a minute ago), repaired as verify --repair
+ * does, or with dry_run named.  Partial objects are ours above. */
+static int reap_verify(struct reap *r, struct dsec_store *s,
+                       struct dsec_error **err)
+{
+  const struct dsec_verify_opts vo = { .repair = !r->o->dry_run,
+                                       .quick = true, .min_age_s = STALE_S,
+                                       .no_partial = true };
+  struct dsec_verify_counts c;
+  return dsec_store_verify(s, &vo, verify_emit, r, &c, err);
+}
+
 static int reap_store(struct reap *r, int64_t *store_bytes,
                       struct dsec_error **err)
 {
@@ -1677,7 +1720,10 @@ static int reap_store(struct reap *r, int64_t *store_bytes,
   ret = reap_store_stale(r, s, err);
   if (ret < 0)
     return ret;
-  return store_gc(r, s, store_bytes, err);
+  ret = store_gc(r, s, store_bytes, err);
+  if (ret < 0)
+    return ret;
+  return reap_verify(r, s, err);
 }
 
 /* ---- all of it */

@@ -32,6 +32,7 @@
 #include "copy.h"
 #include "client.h"
 #include "container.h"
+#include "crash.h"
 #include "vm.h"
 #include "fsutil.h"
 #include "image.h"
@@ -1047,6 +1048,7 @@ static int create_sandbox(json_t *spec_in, const char *reuse_id,
     goto out;
   }
   if (pid == 0) {
+    dsec_crash_role("supervisor");
     struct dsec_container_opts co = {
       .id = id, .spec = spec, .environment = env, .layers = layers,
       .n_layers = n_layers, .ready_fd = pfd[1], .restore = restore,
@@ -1101,6 +1103,7 @@ static int create_sandbox(json_t *spec_in, const char *reuse_id,
   }
   close(gofd[0]);
   gofd[0] = -1;
+  dsec_crash_point("supervisor forked");
   {
     _cleanup_free_ char *parent = dsec_sandboxes_dir();
     _cleanup_free_ char *tmpdir = NULL;
@@ -1147,11 +1150,18 @@ static int create_sandbox(json_t *spec_in, const char *reuse_id,
        * where its processes live on, else reported lost) */
       _cleanup_json_ json_t *old = dsec_sandbox_state_read(id, NULL);
       static const char *const kept[] = { "audit", "sessions" };
+      static const char *const from[] = { "checkpoint", "snapshot" };
       if (json_is_string(json_object_get(old, "created")))
         json_object_set(st, "created", json_object_get(old, "created"));
       for (size_t k = 0; k < ARRAY_SIZE(kept); k++)
         if (json_is_object(json_object_get(old, kept[k])))
           json_object_set(st, kept[k], json_object_get(old, kept[k]));
+      /* and what it resumes from: a resume killed before its supervisor
+       * runs leaves it released (dsec_sandbox_status), not dead */
+      json_object_set_new(st, "resuming", json_true());
+      for (size_t k = 0; k < ARRAY_SIZE(from); k++)
+        if (json_is_string(json_object_get(old, from[k])))
+          json_object_set(st, from[k], json_object_get(old, from[k]));
     }
     if (ret == 0) {
       text = json_dumps(st, JSON_COMPACT);
@@ -1162,6 +1172,8 @@ static int create_sandbox(json_t *spec_in, const char *reuse_id,
     json_decref(st);
     if (ret == 0 && !reuse_id && rename(tmpdir, dir) < 0)
       ret = dsec_fail(err, errno, "cannot create %s", dir);
+    if (ret == 0)
+      dsec_crash_point("directory made");
     if (ret < 0) {
       if (!reuse_id)
         dsec_rm_rf_at(AT_FDCWD, tmpdir, NULL);
@@ -1187,6 +1199,7 @@ static int create_sandbox(json_t *spec_in, const char *reuse_id,
   gofd[1] = -1;
   close(pfd[1]);
   pfd[1] = -1;
+  dsec_crash_point("go");
   {
     _cleanup_free_ char *line = NULL;
     _cleanup_json_ json_t *ready = NULL;
