@@ -434,6 +434,11 @@ sb_exec_ok() {
   p=$!
   BG_PIDS+=("$p")
   echo "$p" >"${dirs[0]}/child/cgroup.procs"
+  # a young one of no sandbox here may be another root's in the making:
+  # left alone until it is a minute old
+  run -0 --separate-stderr dsec-reap --dry-run
+  out_jq -s --arg i "$id" 'all(.[]; .id != $i)'
+  for d in "${dirs[@]}"; do touch -d '2 minutes ago' "$d"; done
   run -0 --separate-stderr dsec-reap --dry-run
   for d in "${dirs[@]}"; do
     out_jq -s --arg p "$d" 'any(.[]; .what == "cgroup" and .path == $p and

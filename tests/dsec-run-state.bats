@@ -579,6 +579,29 @@ requests_file() {
   }
 }
 
+@test "two resumes of a released sandbox at once: one boots it, the other is refused (1); one supervisor" {
+  local id a b
+  id=$(sb_create)
+  run -0 --separate-stderr dsec-run suspend --release "$id"
+  dsec-run resume "$id" >"$BATS_TEST_TMPDIR/a" 2>&1 & a=$!
+  dsec-run resume "$id" >"$BATS_TEST_TMPDIR/b" 2>&1 & b=$!
+  local ra=0 rb=0
+  wait "$a" || ra=$?
+  wait "$b" || rb=$?
+  # exactly one succeeded; the other says why
+  [ $((ra == 0)) -ne $((rb == 0)) ] || {
+    cat "$BATS_TEST_TMPDIR/a" "$BATS_TEST_TMPDIR/b" >&2
+    false
+  }
+  [ "$ra" -eq 1 ] || [ "$rb" -eq 1 ]
+  grep -qE "being resumed|resumed meanwhile|not suspended" "$BATS_TEST_TMPDIR/a" "$BATS_TEST_TMPDIR/b"
+  [ "$(sb_state "$id")" = running ]
+  [ "$(sb_pids "DSEC_ROOT=$DSEC_ROOT" | while read -r p; do
+        [ "$(cat "/proc/$p/comm" 2>/dev/null)" = dsec-supervise ] && echo "$p"
+      done | wc -l)" -eq 1 ]
+  run -0 --separate-stderr dsec-run exec "$id" -- true
+}
+
 @test "checkpoint after a resume from release records the seq it follows" {
   local id
   id=$(sb_create)

@@ -1169,6 +1169,13 @@ static int reap_cgroups(struct reap *r, struct dsec_error **err)
      * only when its sandbox is this root's */
     if (p.uncertain && !has_dir(r, c->id))
       continue;
+    /* the cgroup tree is the host's: one of no sandbox of this root may
+     * be another root's, made a moment ago by a create whose processes
+     * are not in it yet (or left by an rm still at work); such a one
+     * goes once it is STALE_S old, unless we killed its supervisor */
+    if (!has_dir(r, c->id) && !json_object_get(r->killed, c->id) &&
+        age_at(r, AT_FDCWD, c->path) < STALE_S)
+      continue;
     extra = json_pack("{s:s}", "path", c->path);
     if (!r->o->dry_run) {
       struct dsec_error *e = NULL;

@@ -3183,6 +3183,8 @@ static int do_resume(struct opts *o, struct dsec_error **err)
 {
   _cleanup_free_ char *id = dsec_sandbox_resolve(o->args[0], err);
   _cleanup_json_ json_t *st = NULL;
+  _cleanup_close_ int dfd = -1;
+  _cleanup_close_ int lock = -1;
   _cleanup_free_ char *_id_out = NULL;
   const char *state;
   json_t *spec, *rec = NULL;
@@ -3216,7 +3218,23 @@ static int do_resume(struct opts *o, struct dsec_error **err)
     return resume_vm(id, st, err);
   if (world_is(id))
     return resume_world(id, st, err);
-  /* released: booted again from its spec and its checkpoint */
+  /* released: booted again from its spec and its checkpoint, by one
+   * resume at a time (two would start two supervisors for it) */
+  {
+    _cleanup_free_ char *dir = dsec_sandbox_dir(id);
+    dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (dfd < 0)
+      return dsec_fail(err, errno, "cannot open %s", dir);
+    lock = dsec_lock_at(dfd, ".resume.lock", DSEC_LOCK_EXCLUSIVE, true, err);
+    if (lock < 0)
+      return dsec_error_wrap(err, "sandbox %s is being resumed", id);
+    json_decref(st);
+    st = dsec_sandbox_status(id, err);
+    if (!st)
+      return -1;
+    if (!json_is_true(json_object_get(st, "released")))
+      return dsec_fail(err, 0, "sandbox %s was resumed meanwhile", id);
+  }
   spec = spec_with_layer(id, json_string_value(json_object_get(st, "checkpoint")),
                          err);
   if (!spec)
