@@ -107,6 +107,19 @@ json_t *dsec_compose(struct dsec_store *s, const char *image,
                           "ref", extra[i]));
     }
   }
+  /* A layer twice in the stack (a fork's checkpoint and its own, both of
+   * an unchanged sandbox) is kept at its top place only: the view is the
+   * same, and overlayfs refuses a layer that overlaps another. */
+  for (size_t i = json_array_size(layers); i-- > 0;) {
+    const char *di = json_string_value(
+      json_object_get(json_array_get(layers, i), "digest"));
+    for (size_t k = i + 1; di && k < json_array_size(layers); k++)
+      if (strcmp(di, json_string_value(json_object_get(
+                       json_array_get(layers, k), "digest")) ?: "") == 0) {
+        json_array_remove(layers, i);
+        break;
+      }
+  }
   out = json_pack("{s:s, s:{s:s, s:s, s:O}, s:o, s:O}", "type", "environment",
                   "image", "digest", digest, "ref", image, "platform",
                   json_object_get(img, "platform"), "layers", layers, "config",
