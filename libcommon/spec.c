@@ -159,7 +159,11 @@ static int want_uint(json_t *obj, const char *key, const char *field,
     json_object_del(obj, key);
     return 0;
   }
-  if (json_is_real(v) && json_real_value(v) == (double) (json_int_t) json_real_value(v))
+  /* a whole real within range (checked first: converting one outside it
+   * is undefined) */
+  if (json_is_real(v) && json_real_value(v) >= -0x1p63 &&
+      json_real_value(v) < 0x1p63 &&
+      json_real_value(v) == (double) (json_int_t) json_real_value(v))
     json_object_set_new(obj, key, json_integer((json_int_t) json_real_value(v)));
   v = json_object_get(obj, key);
   if (!json_is_integer(v) || json_integer_value(v) < min ||
