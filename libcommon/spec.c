@@ -77,6 +77,7 @@ json_t *dsec_parse_mount(const char *s, struct dsec_error **err)
   char *dst = strchr(m, ':');
   char *opt;
   bool ro = false;
+  json_t *j;
 
   if (!dst || dst == m) {
     dsec_bad_input(err, "--mount `%s`: use SRC:DST[:ro]", s);
@@ -94,7 +95,10 @@ json_t *dsec_parse_mount(const char *s, struct dsec_error **err)
       return NULL;
     }
   }
-  return json_pack("{s:s, s:s, s:b}", "source", m, "target", dst, "ro", ro);
+  j = json_pack("{s:s, s:s, s:b}", "source", m, "target", dst, "ro", ro);
+  if (!j)
+    dsec_bad_input(err, "--mount: a path that is not UTF-8");
+  return j;
 }
 
 void dsec_spec_set(json_t *spec, const char *path, json_t *value)
