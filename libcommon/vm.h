@@ -24,7 +24,7 @@ const char *dsec_vm_accelerator(void);
 
 /* The next whole message the guest agent sent, from buf (len bytes of
  * what it sent, not consumed yet): its header (new; an empty object for a
- * header that is no JSON object, to be skipped) and its payload, *plen
+ * header that is no JSON, to be skipped) and its payload, *plen
  * bytes at *payload (stdout_len + stderr_len bytes of a result, or
  * data_len of a piece of a checkpoint's stream); *used bytes make the
  * whole message.  NULL when none is complete yet, or when the guest broke

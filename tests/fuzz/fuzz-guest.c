@@ -1,13 +1,14 @@
-/* Fuzz target: the guest protocol as the VM supervisor reads it
- * (dsec_vm_agent_next in libcommon/vm.c: the agent's messages, a JSON
+/* Fuzz target: the guest protocol, both ways: the agent's messages as the
+ * VM supervisor reads them (dsec_vm_agent_next in libcommon/vm.c: a JSON
  * header line and a payload, written by a guest whose root may have
- * replaced the agent), and the exec message as the guest side takes it
- * apart (dsec_guest_exec_from, libcommon/guest.c).  The input's first
- * byte sets the size of the pieces the rest arrives in.  Beyond memory
- * errors and undefined behaviour it checks: a message's payload lies
- * within what was received, right after its header, no longer than the
- * lengths the header gives; a violation ends the stream; the input fed in
- * pieces gives the same messages and the same end as fed whole. */
+ * replaced the agent), and the host's as the agent reads them
+ * (dsec_guest_next in libcommon/guest.c), with the exec message taken
+ * apart (dsec_guest_exec_from).  The input's first byte sets the size of
+ * the pieces the rest arrives in.  Beyond memory errors and undefined
+ * behaviour it checks: a message's payload lies within what was
+ * received, right after its header, no longer than the lengths the header
+ * gives; a violation ends the stream (host side); the input fed in pieces
+ * gives the same messages and the same end as fed whole. */
 #include <config.h>
 
 #include <stdbool.h>
@@ -42,13 +43,8 @@ static void message(struct seen *w, json_t *m, const char *payload,
 {
   _cleanup_free_ char *text = json_dumps(m, JSON_COMPACT | JSON_SORT_KEYS);
   struct dsec_guest_exec x = { 0 };
-  json_int_t ol = json_integer_value(json_object_get(m, "stdout_len"));
-  json_int_t el = json_integer_value(json_object_get(m, "stderr_len"));
-  json_int_t dl = json_integer_value(json_object_get(m, "data_len"));
 
-  CHECK(json_is_object(m) && text);
-  CHECK(ol >= 0 && el >= 0 && dl >= 0);
-  CHECK((size_t) ol + (size_t) el + (size_t) dl == plen);
+  CHECK(text);
   mix(w, text, strlen(text));
   mix(w, payload, plen);
   w->messages++;
@@ -84,6 +80,14 @@ static void feed(struct seen *w, const char *data, size_t size, size_t step)
                                    &w->bad))) {
       CHECK(used <= len && used > plen);
       CHECK(payload == buf + used - plen && payload[-1] == '\n');
+      {
+        /* the lengths the header gives */
+        json_int_t ol = json_integer_value(json_object_get(m, "stdout_len"));
+        json_int_t el = json_integer_value(json_object_get(m, "stderr_len"));
+        json_int_t dl = json_integer_value(json_object_get(m, "data_len"));
+        CHECK(ol >= 0 && el >= 0 && dl >= 0);
+        CHECK((size_t) ol + (size_t) el + (size_t) dl == plen);
+      }
       message(w, m, payload, plen);
       json_decref(m);
       memmove(buf, buf + used, len - used);
@@ -94,15 +98,60 @@ static void feed(struct seen *w, const char *data, size_t size, size_t step)
   free(buf);
 }
 
+/* The agent's side: the host's messages, fed the same way. */
+static void feed_agent(struct seen *w, const char *data, size_t size,
+                       size_t step)
+{
+  char *buf = malloc(size + 1);
+  size_t len = 0, off = 0;
+
+  CHECK(buf);
+  w->h = 14695981039346656037u;
+  while (off < size) {
+    size_t n = step && step < size - off ? step : size - off;
+    size_t used, plen;
+    json_t *req;
+    bool bad;
+
+    memcpy(buf + len, data + off, n);
+    len += n;
+    off += n;
+    while ((used = dsec_guest_next(buf, len, &req, &plen, &bad)) > 0) {
+      CHECK(used <= len && used > plen);
+      CHECK(buf[used - plen - 1] == '\n');
+      CHECK(!bad || plen == 0);
+      CHECK(req || plen == 0);
+      mix(w, &bad, sizeof bad);
+      if (req) {
+        json_int_t sl = json_integer_value(json_object_get(req, "stdin_len"));
+        CHECK(bad || (size_t) sl == plen);
+        message(w, req, buf + used - plen, bad ? 0 : plen);
+      }
+      json_decref(req);
+      memmove(buf, buf + used, len - used);
+      len -= used;
+    }
+  }
+  mix(w, &len, sizeof len);
+  free(buf);
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
   struct seen whole = { 0 }, pieces = { 0 };
 
-  if (size < 1 || size > (4u << 20))
+  /* below DSEC_GUEST_HEADER_MAX: a header's end never depends on pieces */
+  if (size < 1 || size > (1u << 20))
     return 0;
   feed(&whole, (const char *) data + 1, size - 1, 0);
   feed(&pieces, (const char *) data + 1, size - 1, data[0] % 64 + 1);
   CHECK(whole.bad == pieces.bad);
+  CHECK(whole.h == pieces.h && whole.messages == pieces.messages);
+
+  memset(&whole, 0, sizeof whole);
+  memset(&pieces, 0, sizeof pieces);
+  feed_agent(&whole, (const char *) data + 1, size - 1, 0);
+  feed_agent(&pieces, (const char *) data + 1, size - 1, data[0] % 64 + 1);
   CHECK(whole.h == pieces.h && whole.messages == pieces.messages);
   return 0;
 }

@@ -112,7 +112,7 @@ plain = tarball([member("./", tarfile.DIRTYPE, mode=0o755),
                  member("cap", data=b"c", pax={"SCHILY.xattr.security.capability": "\x01\x00\x00\x02"}),
                  member("ovl", tarfile.DIRTYPE, pax={"SCHILY.xattr.trusted.overlay.opaque": "y"})])
 write("tar", "plain", plain)
-write("tar", "gzip", gzip.compress(plain))
+write("tar", "gzip", gzip.compress(plain, mtime=0))
 write("tar", "xz", lzma.compress(plain))
 write("tar", "gnu", tarball([member("a" * 200, data=b"long")], tarfile.GNU_FORMAT))
 write("tar", "escape", tarball([member("../etc/passwd", data=b"x")]))
@@ -174,4 +174,13 @@ write("guest", "messages", b"\x00" + msgs.encode())
 write("guest", "pieces", b"\x07" + msgs.encode())
 write("guest", "negative", b"\x00" + (j({"op": "result", "stdout_len": -1}) + "\n").encode())
 write("guest", "too-long", b"\x00" + (j({"op": "result", "data_len": 1 << 40}) + "\n").encode())
+# the host's messages, as the agent reads them
+hmsgs = (j({"op": "setup", "x": 1}) + "\n" +
+         j({"op": "exec", "id": 1, "argv": ["sh"], "env": ["A=b"], "stdin_len": 3}) + "\nabc" +
+         j({"op": "stdin", "id": 1, "stdin_len": 2, "eof": True}) + "\nxy" +
+         j({"op": "kill", "id": 1, "signal": 9}) + "\n" +
+         j({"op": "exec", "id": 2, "stdin_len": -1}) + "\n" +
+         j({"op": "exec", "id": 3, "stdin_len": 1 << 40}) + "\n[1,2]\nnot json\n")
+write("guest", "host-messages", b"\x00" + hmsgs.encode())
+write("guest", "host-pieces", b"\x05" + hmsgs.encode())
 write("guest", "partial", b"\x02" + (j({"op": "result", "stdout_len": 100}) + "\nabc").encode())
