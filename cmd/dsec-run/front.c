@@ -2669,7 +2669,8 @@ static void serve_flush(struct serve_job *j, bool eof)
 {
   char *start = j->buf;
   for (;;) {
-    char *nl = memchr(start, '\n', j->len - (size_t) (start - j->buf));
+    size_t left = j->len - (size_t) (start - j->buf);
+    char *nl = left ? memchr(start, '\n', left) : NULL; /* buf: NULL at 0 */
     json_t *m;
     if (!nl)
       break;
@@ -2760,7 +2761,8 @@ static int do_serve(const struct dsec_front *front, struct dsec_error **err)
     char *nl;
 
     /* the lines already read, while there is room */
-    while (njobs < SERVE_MAX_INFLIGHT && (nl = memchr(in, '\n', inlen))) {
+    while (njobs < SERVE_MAX_INFLIGHT && inlen > 0 &&
+           (nl = memchr(in, '\n', inlen))) {
       size_t len = (size_t) (nl - in) + 1;
       lineno++;
       if (serve_start(front, in, len, lineno, jobs, &njobs, err) < 0) {
