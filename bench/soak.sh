@@ -227,6 +227,10 @@ class Stats:
         self.kills = {"command": 0, "supervisor": 0}
         self.created = set()
 
+    def kill(self, what):
+        with self.lock:
+            self.kills[what] += 1
+
     def ok(self, op):
         with self.lock:
             self.requests[op] = self.requests.get(op, 0) + 1
@@ -325,7 +329,7 @@ class Client:
                            st["dead"])
         elif x < 0.44:
             # the command killed by a signal (its own kill -9)
-            S.kills["command"] += 1
+            S.kill("command")
             r = self.exec(sid, ["sh", "-c", "kill -9 $$"])
             if r is not None and r.get("signal") != 9:
                 S.fail("exec", "kill %s: %r" % (sid, r), st["dead"])
@@ -388,7 +392,7 @@ class Client:
                 S.fail("kill", "%s: supervisor %d is not running" % (sid, pid),
                        st["dead"])
             elif pid > 0:
-                S.kills["supervisor"] += 1
+                S.kill("supervisor")
                 st["dead"] = True
                 try:
                     os.kill(pid, signal.SIGKILL)
