@@ -384,6 +384,20 @@ static int parse(int argc, char **argv, struct opts *o, bool *exit_now)
           return dsec_usage_error("%s: option --%s does not apply",
                                   o->verb->name, lo->name);
     }
+    if (optarg && opt != OPT_SPEC && opt != OPT_STDIN &&
+        opt != OPT_REQUESTS && opt != OPT_RESULT && opt != OPT_MOUNT) {
+      /* a value that goes into the spec or the request (not a host file
+       * named, nor --mount, checked with the spec) must be UTF-8:
+       * json_string refuses it, and --protect or --hide would be left out
+       * without a word */
+      json_t *t = json_string(optarg);
+      if (!t)
+        for (const struct option *lo = long_options; lo->name; lo++)
+          if (lo->val == opt)
+            return dsec_usage_error("--%s: a value that is not UTF-8",
+                                    lo->name);
+      json_decref(t);
+    }
     switch (opt) {
     case OPT_SPEC:
       o->spec_file = optarg;
