@@ -529,7 +529,7 @@ static int s_dir(struct sender *s, int fd, size_t plen, int depth)
   }
   closedir(d);
   /* sorted: the same tree makes the same stream */
-  if (r == 0)
+  if (r == 0 && n > 1) /* an empty directory has no list (NULL) */
     qsort(names, n, sizeof *names, cmp_names);
   for (size_t i = 0; i < n; i++) {
     if (r == 0)

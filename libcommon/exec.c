@@ -6,6 +6,7 @@
 #include <ctype.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -371,6 +372,11 @@ int dsec_traj_check(struct dsec_traj *t, json_t *req, const json_int_t *running,
                                       (long long) seq));
       return -1;
     }
+  if (seq == LLONG_MAX) {
+    /* the trajectory's next seq would be past the largest integer */
+    *out = seq_error(seq, xasprintf("seq %lld is too large", (long long) seq));
+    return -1;
+  }
   if (!t->e || seq >= next) {
     /* the next one (with those still running counted), or the first */
     json_int_t want = next;

@@ -165,6 +165,40 @@ static char **strv(json_t *a)
   return v;
 }
 
+size_t dsec_guest_next(const char *buf, size_t len, json_t **req, size_t *plen,
+                       bool *bad)
+{
+  const char *nl = len ? memchr(buf, '\n', len) : NULL;
+  json_int_t sl;
+  size_t hl;
+  json_t *m;
+
+  *req = NULL;
+  *plen = 0;
+  *bad = false;
+  if (!nl)
+    /* garbage: dropped rather than grown without end */
+    return len > DSEC_GUEST_HEADER_MAX ? len : 0;
+  hl = (size_t) (nl - buf);
+  m = json_loadb(buf, hl, 0, NULL);
+  sl = json_integer_value(json_object_get(m, "stdin_len"));
+  if (sl < 0 || sl > DSEC_GUEST_STDIN_MAX) {
+    /* not something the host sends: the header alone is dropped */
+    *req = m;
+    *bad = true;
+    return hl + 1;
+  }
+  if (!m)
+    return hl + 1;
+  if (len - hl - 1 < (size_t) sl) {
+    json_decref(m);
+    return 0; /* the payload is still coming */
+  }
+  *req = m;
+  *plen = (size_t) sl;
+  return hl + 1 + (size_t) sl;
+}
+
 void dsec_guest_exec_from(struct dsec_guest_exec *x, json_t *msg)
 {
   x->argv = strv(json_object_get(msg, "argv"));

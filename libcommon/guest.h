@@ -89,6 +89,20 @@ void dsec_guest_exec_from(struct dsec_guest_exec *x, json_t *msg);
 /* In a child that is to become the command: never returns. */
 _Noreturn void dsec_guest_exec(const struct dsec_guest_exec *x);
 
+/* The host's messages to the agent: a JSON header line, then stdin_len
+ * bytes (0 to DSEC_GUEST_STDIN_MAX) of payload.  dsec_guest_next takes the
+ * next whole one from buf (len bytes received, not consumed yet) and
+ * returns how many bytes it took, 0 when none is complete yet.  *req is
+ * its header (new), NULL for one that is no JSON (skipped, no payload);
+ * *bad is set for one whose stdin_len is out of range (skipped with its
+ * header only: *req says whose it was).  The payload is the *plen bytes
+ * after the header's newline.  A header without its newline past
+ * DSEC_GUEST_HEADER_MAX bytes is garbage: all of buf is taken. */
+#define DSEC_GUEST_HEADER_MAX (4u << 20)
+#define DSEC_GUEST_STDIN_MAX (64LL << 20)
+size_t dsec_guest_next(const char *buf, size_t len, json_t **req, size_t *plen,
+                       bool *bad);
+
 /* Output kept up to a cap, and counted past it. */
 struct dsec_guest_capture {
   char *data;

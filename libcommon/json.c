@@ -82,8 +82,11 @@ static int get_typed(json_t *obj, const char *key, bool required,
     *out = NULL;
     return 0;
   }
+  /* a real is an integer when it is whole and within range (checked
+   * first: converting one outside it is undefined) */
   if (json_typeof(v) != type &&
       !(type == JSON_INTEGER && json_is_real(v) &&
+        json_real_value(v) >= -0x1p63 && json_real_value(v) < 0x1p63 &&
         json_real_value(v) == (double) (json_int_t) json_real_value(v)))
     return dsec_bad_input(err, "%s: field `%s` must be %s", what, key, tname);
   *out = v;

@@ -77,6 +77,7 @@ json_t *dsec_parse_mount(const char *s, struct dsec_error **err)
   char *dst = strchr(m, ':');
   char *opt;
   bool ro = false;
+  json_t *j;
 
   if (!dst || dst == m) {
     dsec_bad_input(err, "--mount `%s`: use SRC:DST[:ro]", s);
@@ -94,7 +95,10 @@ json_t *dsec_parse_mount(const char *s, struct dsec_error **err)
       return NULL;
     }
   }
-  return json_pack("{s:s, s:s, s:b}", "source", m, "target", dst, "ro", ro);
+  j = json_pack("{s:s, s:s, s:b}", "source", m, "target", dst, "ro", ro);
+  if (!j)
+    dsec_bad_input(err, "--mount: a path that is not UTF-8");
+  return j;
 }
 
 void dsec_spec_set(json_t *spec, const char *path, json_t *value)
@@ -159,7 +163,11 @@ static int want_uint(json_t *obj, const char *key, const char *field,
     json_object_del(obj, key);
     return 0;
   }
-  if (json_is_real(v) && json_real_value(v) == (double) (json_int_t) json_real_value(v))
+  /* a whole real within range (checked first: converting one outside it
+   * is undefined) */
+  if (json_is_real(v) && json_real_value(v) >= -0x1p63 &&
+      json_real_value(v) < 0x1p63 &&
+      json_real_value(v) == (double) (json_int_t) json_real_value(v))
     json_object_set_new(obj, key, json_integer((json_int_t) json_real_value(v)));
   v = json_object_get(obj, key);
   if (!json_is_integer(v) || json_integer_value(v) < min ||

@@ -1021,25 +1021,20 @@ static bool agent_read(struct vm *v)
   }
 }
 
-/* The next whole message: header (new) and its payload (borrowed until
- * agent_consume): stdout_len + stderr_len bytes (a result) or data_len
- * (a piece of a checkpoint's stream).  The guest writes these: a header
- * past 64 KiB or a length outside 0..64 MiB is a protocol violation
- * (*bad), and the VM is ended rather than trusted. */
-static json_t *agent_next(struct vm *v, const char **payload, size_t *plen,
-                          size_t *used, bool *bad)
+json_t *dsec_vm_agent_next(const char *buf, size_t len, const char **payload,
+                          size_t *plen, size_t *used, bool *bad)
 {
-  char *nl = v->alen ? memchr(v->abuf, '\n', v->alen) : NULL;
+  const char *nl = len ? memchr(buf, '\n', len) : NULL;
   size_t hl, need;
   json_int_t ol, el, dl;
   json_t *m;
   *bad = false;
   if (!nl) {
-    *bad = v->alen > AGENT_HEADER_MAX;
+    *bad = len > AGENT_HEADER_MAX;
     return NULL;
   }
-  hl = (size_t) (nl - v->abuf);
-  m = json_loadb(v->abuf, hl, 0, NULL);
+  hl = (size_t) (nl - buf);
+  m = json_loadb(buf, hl, 0, NULL);
   ol = json_integer_value(json_object_get(m, "stdout_len"));
   el = json_integer_value(json_object_get(m, "stderr_len"));
   dl = json_integer_value(json_object_get(m, "data_len"));
@@ -1051,7 +1046,7 @@ static json_t *agent_next(struct vm *v, const char **payload, size_t *plen,
     return NULL;
   }
   need = (size_t) ol + (size_t) el + (size_t) dl;
-  if (v->alen - hl - 1 < need) {
+  if (len - hl - 1 < need) {
     json_decref(m);
     return NULL;
   }
@@ -1061,6 +1056,14 @@ static json_t *agent_next(struct vm *v, const char **payload, size_t *plen,
   if (!m)
     m = json_object(); /* garbage: skipped */
   return m;
+}
+
+/* The next whole message the agent sent (see dsec_vm_agent_next); its
+ * payload is borrowed until agent_consume. */
+static json_t *agent_next(struct vm *v, const char **payload, size_t *plen,
+                          size_t *used, bool *bad)
+{
+  return dsec_vm_agent_next(v->abuf, v->alen, payload, plen, used, bad);
 }
 
 static void agent_consume(struct vm *v, size_t used)

@@ -22,4 +22,15 @@ bool dsec_vm_available(void);
  * else "tcg"; $DSEC_VM_ACCEL=kvm|tcg decides instead. */
 const char *dsec_vm_accelerator(void);
 
+/* The next whole message the guest agent sent, from buf (len bytes of
+ * what it sent, not consumed yet): its header (new; an empty object for a
+ * header that is no JSON, to be skipped) and its payload, *plen
+ * bytes at *payload (stdout_len + stderr_len bytes of a result, or
+ * data_len of a piece of a checkpoint's stream); *used bytes make the
+ * whole message.  NULL when none is complete yet, or when the guest broke
+ * the protocol (*bad): a header past 64 KiB, a length outside 0..64 MiB.
+ * The guest writes these, so nothing in them is trusted. */
+json_t *dsec_vm_agent_next(const char *buf, size_t len, const char **payload,
+                          size_t *plen, size_t *used, bool *bad);
+
 #endif

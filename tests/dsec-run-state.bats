@@ -711,6 +711,21 @@ requests_file() {
   run -0 --separate-stderr dsec-run suspend --release "$id"
   run -0 --separate-stderr dsec-run resume "$id"
   [ "$(in_sb "$id" 'cat /root/saved')" = saved ]
+@test "a fork released without a change resumes: its checkpoint, the same layer as its parent's, is stacked once" {
+  local id child digest
+  # nothing changed in the parent nor in the child: both checkpoints are
+  # the same (empty) layer
+  id=$(sb_create)
+  run -0 --separate-stderr dsec-run fork "$id"
+  child=$(jq -r '.id' <<<"$output")
+  digest=$(jq -r '.checkpoint' <<<"$output")
+  run -0 --separate-stderr dsec-run suspend --release "$child"
+  out_jq --arg d "$digest" '.layer.digest == $d'
+  run -0 --separate-stderr dsec-run resume "$child"
+  [ "$(in_sb "$child" 'echo alive')" = alive ]
+  run -0 --separate-stderr dsec-layer compose busybox:1 "$digest" "$digest"
+  out_jq --arg d "$digest" '[.layers[] | select(.digest == $d)] | length == 1'
+  out_jq --arg d "$digest" '.layers[-1].digest == $d'
 }
 
 @test "fork of a frozen sandbox works and leaves it frozen" {

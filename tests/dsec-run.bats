@@ -193,6 +193,16 @@ EOF
   # a malformed flag is a usage error
   run -2 --separate-stderr dsec-run create --image busybox:1 --mount /tmp:/x:rx
   run -2 --separate-stderr dsec-run create --image busybox:1 --mount /tmp
+  # a path that is not UTF-8 (it crashed dsec-run; found by fuzzing)
+  run -2 --separate-stderr dsec-run create --image busybox:1 \
+    --mount $'/tmp/\xff:/x'
+  stderr_has "UTF-8"
+  # so is any value that goes into the spec: a --protect not UTF-8 was
+  # left out without a word
+  run -2 --separate-stderr dsec-run create --image busybox:1 \
+    --protect $'/grader\xff'
+  stderr_has "--protect"
+  stderr_has "UTF-8"
   [ -z "$(ls -A "$DSEC_ROOT/sandboxes" 2>/dev/null)" ]
   [ -z "$(sb_pids)" ]
 }

@@ -69,9 +69,7 @@
 #define PORT_NAME "dsec.agent"
 #define NET_PORT_NAME "dsec.net"
 #define PROXY_PORT 3128
-#define HEADER_MAX (4u << 20)
 #define DRAIN_MS 100 /* output still arriving after the command exited */
-#define STDIN_MAX (64LL << 20)
 
 extern char **environ;
 
@@ -1385,42 +1383,23 @@ static void dispatch(void)
 {
   size_t off = 0;
   for (;;) {
-    char *nl = memchr(inbuf + off, '\n', inlen - off);
     json_t *req;
-    size_t hl, plen;
-    if (!nl) {
-      if (inlen - off > HEADER_MAX)
-        off = inlen; /* garbage: drop it rather than grow without end */
+    size_t plen, used;
+    bool bad;
+    used = dsec_guest_next(inbuf + off, inlen - off, &req, &plen, &bad);
+    if (used == 0)
       break;
-    }
-    hl = (size_t) (nl - (inbuf + off));
-    req = json_loadb(inbuf + off, hl, 0, NULL);
-    {
-      json_int_t sl = json_integer_value(json_object_get(req, "stdin_len"));
-      if (sl < 0 || sl > STDIN_MAX) {
-        /* not something the host sends: drop the header, answer an
-         * error if it was an exec */
-        json_t *id = json_object_get(req, "id");
-        if (id)
-          send_msg(json_pack("{s:s, s:O, s:s}", "op", "result", "id", id,
-                             "error", "invalid stdin length"),
-                   NULL, 0, NULL, 0);
-        json_decref(req);
-        off += hl + 1;
-        continue;
-      }
-      plen = (size_t) sl;
-    }
-    if (req && inlen - off - hl - 1 < plen) {
-      json_decref(req);
-      break; /* the payload is still coming */
-    }
-    if (req)
-      handle(req, nl + 1, plen);
-    else
-      plen = 0;
+    if (bad) {
+      /* answer an error if it was an exec */
+      json_t *id = json_object_get(req, "id");
+      if (id)
+        send_msg(json_pack("{s:s, s:O, s:s}", "op", "result", "id", id,
+                           "error", "invalid stdin length"),
+                 NULL, 0, NULL, 0);
+    } else if (req)
+      handle(req, inbuf + off + used - plen, plen);
     json_decref(req);
-    off += hl + 1 + plen;
+    off += used;
   }
   memmove(inbuf, inbuf + off, inlen - off);
   inlen -= off;

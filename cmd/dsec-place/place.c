@@ -431,7 +431,8 @@ static int get_int(json_t *o, const char *key, const char *what,
   }
   if (json_is_integer(v))
     i = json_integer_value(v);
-  else if (json_is_real(v) &&
+  else if (json_is_real(v) && json_real_value(v) >= -0x1p63 &&
+           json_real_value(v) < 0x1p63 &&
            json_real_value(v) == (double) (json_int_t) json_real_value(v))
     i = (json_int_t) json_real_value(v);
   else

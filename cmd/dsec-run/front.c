@@ -394,6 +394,20 @@ static int parse(int argc, char **argv, struct opts *o, bool *exit_now)
           return dsec_usage_error("%s: option --%s does not apply",
                                   o->verb->name, lo->name);
     }
+    if (optarg && opt != OPT_SPEC && opt != OPT_STDIN &&
+        opt != OPT_REQUESTS && opt != OPT_RESULT && opt != OPT_MOUNT) {
+      /* a value that goes into the spec or the request (not a host file
+       * named, nor --mount, checked with the spec) must be UTF-8:
+       * json_string refuses it, and --protect or --hide would be left out
+       * without a word */
+      json_t *t = json_string(optarg);
+      if (!t)
+        for (const struct option *lo = long_options; lo->name; lo++)
+          if (lo->val == opt)
+            return dsec_usage_error("--%s: a value that is not UTF-8",
+                                    lo->name);
+      json_decref(t);
+    }
     switch (opt) {
     case OPT_SPEC:
       o->spec_file = optarg;
@@ -3582,7 +3596,8 @@ static void serve_flush(struct serve_job *j, bool eof)
 {
   char *start = j->buf;
   for (;;) {
-    char *nl = memchr(start, '\n', j->len - (size_t) (start - j->buf));
+    size_t left = j->len - (size_t) (start - j->buf);
+    char *nl = left ? memchr(start, '\n', left) : NULL; /* buf: NULL at 0 */
     json_t *m;
     if (!nl)
       break;
@@ -3673,7 +3688,8 @@ static int do_serve(const struct dsec_front *front, struct dsec_error **err)
     char *nl;
 
     /* the lines already read, while there is room */
-    while (njobs < SERVE_MAX_INFLIGHT && (nl = memchr(in, '\n', inlen))) {
+    while (njobs < SERVE_MAX_INFLIGHT && inlen > 0 &&
+           (nl = memchr(in, '\n', inlen))) {
       size_t len = (size_t) (nl - in) + 1;
       lineno++;
       if (serve_start(front, in, len, lineno, jobs, &njobs, err) < 0) {

@@ -141,6 +141,9 @@ static void test_get_int(json_t *obj)
   is_int(dsec_json_get_int(obj, "huge", true, "spec", &n, &err), -1,
          "get_int rejects 1e19, out of range");
   check_bad_input(&err, "1e19", "`huge`", NULL);
+  is_int(dsec_json_get_int(obj, "vast", true, "spec", &n, &err), -1,
+         "get_int rejects -6e40, out of range (found by fuzzing)");
+  check_bad_input(&err, "-6e40", "`vast`", NULL);
   is_int(dsec_json_get_int(obj, "name", true, "spec", &n, &err), -1,
          "get_int rejects a string");
   check_bad_input(&err, "int wrong type", "`name`", "an integer", NULL);
@@ -179,6 +182,7 @@ static void test_getters(void)
   struct dsec_error *err = NULL;
   json_t *obj = parse("{\"name\": \"box\", \"cpus\": 3, \"neg\": -7, "
                       "\"whole\": 3.0, \"frac\": 3.5, \"huge\": 1e19, "
+                      "\"vast\": -6e40, "
                       "\"nothing\": null, \"resources\": {\"pids\": 1}, "
                       "\"layers\": [\"a\", \"b\"]}",
                       &err);
