@@ -711,6 +711,8 @@ requests_file() {
   run -0 --separate-stderr dsec-run suspend --release "$id"
   run -0 --separate-stderr dsec-run resume "$id"
   [ "$(in_sb "$id" 'cat /root/saved')" = saved ]
+}
+
 @test "a fork released without a change resumes: its checkpoint, the same layer as its parent's, is stacked once" {
   local id child digest
   # nothing changed in the parent nor in the child: both checkpoints are
