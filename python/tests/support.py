@@ -195,8 +195,12 @@ class Store:
         problems = self.clean()
         # the host's mounts of the layers the sandboxes used (dsec-reap's
         # to undo), before the directory holding them goes
+        # (a bind mount of a directory onto itself: os.path.ismount cannot
+        # tell, the mount table can)
         layers = os.path.join(self.run, "layers")
-        if os.path.ismount(layers):
+        with open("/proc/self/mounts") as f:
+            mounted = any(line.split()[1] == layers for line in f)
+        if mounted:
             subprocess.run(["umount", "-R", "-l", layers],
                            stderr=subprocess.DEVNULL)
         shutil.rmtree(self.dir, ignore_errors=True)
