@@ -54,8 +54,20 @@ make -j"$(nproc)"
 # a command run in a sandbox made from it, then in a microVM (both removed
 # afterwards).
 demo=$(mktemp -d)
-trap 'rm -rf "$demo"' EXIT
 export DSEC_ROOT="${DSEC_ROOT:-$demo/root}" DSEC_RUN="${DSEC_RUN:-$demo/run}"
+# the host's mounts of the demo's layers (made by the first sandbox, kept
+# for the next ones) go before the directory holding them; the script's
+# status is the demo's, not the cleanup's
+demo_cleanup() {
+  local rc=$?
+  if [ "$DSEC_RUN" = "$demo/run" ] &&
+     awk -v d="$demo/run/layers" '$2 == d { f = 1 } END { exit !f }' /proc/self/mounts; then
+    $SUDO umount -R -l "$demo/run/layers"
+  fi
+  rm -rf --one-file-system "$demo"
+  exit "$rc"
+}
+trap demo_cleanup EXIT
 examples/mkrootfs-busybox.sh "$demo/busybox.tar.gz"
 ./dsec-pull --name busybox:demo "tar:$demo/busybox.tar.gz"
 ./dsec-run run --rm --image busybox:demo -- \
