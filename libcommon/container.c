@@ -2246,7 +2246,7 @@ static char *disk_limited_upper(struct sup *s, json_int_t mb, uid_t base,
       return NULL;
     }
   }
-  dev = dsec_loop_attach(fd, &loop, err);
+  dev = dsec_loop_attach(fd, false, &loop, err);
   if (!dev)
     return NULL;
   if (dsec_mkdir_p(AT_FDCWD, mnt, 0700, err) < 0)
@@ -2328,45 +2328,6 @@ static int open_in_root(int rfd, const char *path, bool dir, uid_t base,
   }
 }
 
-/* A user namespace with the given maps, for an idmapped mount (new fd):
- * a child that exists only until its namespace is opened. */
-static int userns_with_maps(const char *uid_map, const char *gid_map,
-                            struct dsec_error **err)
-{
-  char path[64];
-  int fd = -1, p[2];
-  pid_t pid;
-
-  if (pipe2(p, O_CLOEXEC) < 0)
-    return dsec_fail(err, errno, "pipe");
-  pid = (pid_t) syscall(SYS_clone, CLONE_NEWUSER | SIGCHLD, NULL, NULL, NULL, 0);
-  if (pid == 0) {
-    char c;
-    close(p[1]);
-    (void) !read(p[0], &c, 1);
-    _exit(0);
-  }
-  close(p[0]);
-  if (pid < 0) {
-    close(p[1]);
-    return dsec_fail(err, errno, "cannot create a user namespace");
-  }
-  snprintf(path, sizeof path, "/proc/%d/uid_map", (int) pid);
-  if (write_file(path, uid_map) == 0) {
-    snprintf(path, sizeof path, "/proc/%d/gid_map", (int) pid);
-    if (write_file(path, gid_map) == 0) {
-      snprintf(path, sizeof path, "/proc/%d/ns/user", (int) pid);
-      fd = open(path, O_RDONLY | O_CLOEXEC);
-    }
-  }
-  if (fd < 0)
-    dsec_fail(err, errno, "cannot map the ids of a mount");
-  close(p[1]);
-  while (waitpid(pid, NULL, 0) < 0 && errno == EINTR)
-    ;
-  return fd;
-}
-
 /* The id map of a read-write mount (for uid_map or gid_map): on the host,
  * what the sandbox's user (id inside) creates or changes there belongs to
  * the directory's owner (owner, never root: see bind_into_root), every
@@ -2425,7 +2386,7 @@ static int bind_into_root(struct sup *s, int rfd, const struct dsec_mount *m,
                             (unsigned) st.st_gid);
     um = rw_map(st.st_uid, base, s->e->spec->uid);
     gm = rw_map(st.st_gid, base, s->e->spec->gid);
-    mapns = userns_with_maps(um, gm, err);
+    mapns = dsec_userns_with_maps(um, gm, err);
     if (mapns < 0)
       return dsec_error_wrap(err, "mount %s", src);
     attr.userns_fd = (uint64_t) mapns;

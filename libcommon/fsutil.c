@@ -13,6 +13,10 @@
 #include <sys/ioctl.h>
 #include <sys/random.h>
 #include <sys/stat.h>
+#include <sched.h>
+#include <signal.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "crash.h"
@@ -403,8 +407,10 @@ char *dsec_abspath(const char *path, struct dsec_error **err)
  * goes (the supervisor's mount namespace dies with it).  Returns the
  * device path (new) and, in *loop_fd, a descriptor that must stay open
  * until the device is mounted (or autoclear detaches it at once). */
-char *dsec_loop_attach(int backing_fd, int *loop_fd, struct dsec_error **err)
+char *dsec_loop_attach(int backing_fd, bool read_only, int *loop_fd,
+                       struct dsec_error **err)
 {
+  const uint32_t ro = read_only ? LO_FLAGS_READ_ONLY : 0;
   _cleanup_close_ int ctl = open("/dev/loop-control", O_RDWR | O_CLOEXEC);
   if (ctl < 0) {
     dsec_fail(err, errno, "cannot open /dev/loop-control");
@@ -420,21 +426,21 @@ char *dsec_loop_attach(int backing_fd, int *loop_fd, struct dsec_error **err)
       return NULL;
     }
     path = xasprintf("/dev/loop%d", n);
-    fd = open(path, O_RDWR | O_CLOEXEC);
+    fd = open(path, (read_only ? O_RDONLY : O_RDWR) | O_CLOEXEC);
     if (fd < 0) {
       free(path);
       continue;
     }
     /* direct I/O with 4 KiB blocks keeps one copy of the data in the page
      * cache (the file system's, not the image file's too) */
-    cfg.info.lo_flags = LO_FLAGS_AUTOCLEAR | LO_FLAGS_DIRECT_IO;
+    cfg.info.lo_flags = ro | LO_FLAGS_AUTOCLEAR | LO_FLAGS_DIRECT_IO;
     cfg.block_size = 4096;
     if (ioctl(fd, LOOP_CONFIGURE, &cfg) == 0) {
       *loop_fd = fd;
       return path;
     }
     if (errno == EINVAL) {
-      cfg.info.lo_flags = LO_FLAGS_AUTOCLEAR;
+      cfg.info.lo_flags = ro | LO_FLAGS_AUTOCLEAR;
       cfg.block_size = 0;
       if (ioctl(fd, LOOP_CONFIGURE, &cfg) == 0) {
         *loop_fd = fd;
@@ -450,4 +456,73 @@ char *dsec_loop_attach(int backing_fd, int *loop_fd, struct dsec_error **err)
   }
   dsec_fail(err, EBUSY, "cannot find a free loop device");
   return NULL;
+}
+
+static int write_text(const char *path, const char *text)
+{
+  int fd = open(path, O_WRONLY | O_CLOEXEC);
+  ssize_t n;
+  if (fd < 0)
+    return -1;
+  n = write(fd, text, strlen(text));
+  close(fd);
+  return n == (ssize_t) strlen(text) ? 0 : -1;
+}
+
+int dsec_userns_with_maps(const char *uid_map, const char *gid_map,
+                          struct dsec_error **err)
+{
+  char path[64];
+  int fd = -1, p[2];
+  pid_t pid;
+
+  if (pipe2(p, O_CLOEXEC) < 0)
+    return dsec_fail(err, errno, "pipe");
+  pid = (pid_t) syscall(SYS_clone, CLONE_NEWUSER | SIGCHLD, NULL, NULL, NULL, 0);
+  if (pid == 0) {
+    char c;
+    close(p[1]);
+    (void) !read(p[0], &c, 1);
+    _exit(0);
+  }
+  close(p[0]);
+  if (pid < 0) {
+    close(p[1]);
+    return dsec_fail(err, errno, "cannot create a user namespace");
+  }
+  snprintf(path, sizeof path, "/proc/%d/uid_map", (int) pid);
+  if (write_text(path, uid_map) == 0) {
+    snprintf(path, sizeof path, "/proc/%d/gid_map", (int) pid);
+    if (write_text(path, gid_map) == 0) {
+      snprintf(path, sizeof path, "/proc/%d/ns/user", (int) pid);
+      fd = open(path, O_RDONLY | O_CLOEXEC);
+    }
+  }
+  if (fd < 0)
+    dsec_fail(err, errno, "cannot map the ids of a mount");
+  close(p[1]);
+  while (waitpid(pid, NULL, 0) < 0 && errno == EINTR)
+    ;
+  return fd;
+}
+
+bool dsec_path_in_use(const char *mountinfo, const char *path)
+{
+  _cleanup_closedir_ DIR *d = NULL;
+  struct dirent *de;
+
+  if (mountinfo && strstr(mountinfo, path))
+    return true;
+  d = opendir("/sys/block");
+  while (d && (de = readdir(d))) {
+    _cleanup_free_ char *f = NULL;
+    _cleanup_free_ char *b = NULL;
+    if (strncmp(de->d_name, "loop", 4) != 0)
+      continue;
+    f = xasprintf("/sys/block/%s/loop/backing_file", de->d_name);
+    b = dsec_read_file_at(AT_FDCWD, f, 8192, NULL, NULL);
+    if (b && strstr(b, path))
+      return true;
+  }
+  return false;
 }

@@ -54,10 +54,21 @@ int dsec_copy_fd(int in, int out, uint64_t *copied, struct dsec_error **err);
 /* Canonical absolute path of an existing file (realpath), new string. */
 char *dsec_abspath(const char *path, struct dsec_error **err);
 
-/* A loop device on backing_fd (direct I/O where the file system allows),
- * detached automatically when its last user goes.  Returns the device
- * path (new) and, in *loop_fd, a descriptor that must stay open until the
- * device is mounted (or autoclear detaches it at once). */
-char *dsec_loop_attach(int backing_fd, int *loop_fd, struct dsec_error **err);
+/* A loop device on backing_fd (direct I/O where the file system allows;
+ * read-only when asked), detached automatically when its last user goes.
+ * Returns the device path (new) and, in *loop_fd, a descriptor that must
+ * stay open until the device is mounted (or autoclear detaches it at
+ * once). */
+char *dsec_loop_attach(int backing_fd, bool read_only, int *loop_fd,
+                       struct dsec_error **err);
+
+/* A user namespace with the given uid_map and gid_map lines (new fd), for
+ * an idmapped mount: made by a child that lives only until it is opened. */
+int dsec_userns_with_maps(const char *uid_map, const char *gid_map,
+                          struct dsec_error **err);
+
+/* Whether path is in use by a mount (it appears in mountinfo, the text of
+ * /proc/self/mountinfo, or NULL) or backs a loop device. */
+bool dsec_path_in_use(const char *mountinfo, const char *path);
 
 #endif

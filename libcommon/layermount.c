@@ -71,103 +71,11 @@ static int layers_bind(const char *run, const char *dir,
   return lock;
 }
 
-/* A read-only loop device on the image, gone with its last user.  Returns
- * its path (new); *loop_fd must stay open until it is mounted. */
-static char *loop_ro(int backing, int *loop_fd, struct dsec_error **err)
-{
-  _cleanup_close_ int ctl = open("/dev/loop-control", O_RDWR | O_CLOEXEC);
-
-  if (ctl < 0) {
-    dsec_fail(err, errno, "cannot open /dev/loop-control");
-    return NULL;
-  }
-  for (int tries = 0; tries < 32; tries++) {
-    struct loop_config cfg = { .fd = (uint32_t) backing };
-    int n = ioctl(ctl, LOOP_CTL_GET_FREE);
-    char *path;
-    int fd;
-    if (n < 0) {
-      dsec_fail(err, errno, "no free loop device");
-      return NULL;
-    }
-    path = xasprintf("/dev/loop%d", n);
-    fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) {
-      free(path);
-      continue;
-    }
-    /* direct I/O: one copy of the data in the page cache, erofs's */
-    cfg.info.lo_flags = LO_FLAGS_READ_ONLY | LO_FLAGS_AUTOCLEAR |
-                        LO_FLAGS_DIRECT_IO;
-    if (ioctl(fd, LOOP_CONFIGURE, &cfg) == 0) {
-      *loop_fd = fd;
-      return path;
-    }
-    if (errno == EINVAL) {
-      cfg.info.lo_flags &= ~(uint32_t) LO_FLAGS_DIRECT_IO;
-      if (ioctl(fd, LOOP_CONFIGURE, &cfg) == 0) {
-        *loop_fd = fd;
-        return path;
-      }
-    }
-    close(fd);
-    free(path);
-    if (errno != EBUSY) {
-      dsec_fail(err, errno, "cannot set up a loop device");
-      return NULL;
-    }
-  }
-  dsec_fail(err, EBUSY, "cannot find a free loop device");
-  return NULL;
-}
-
-/* A user namespace that maps root to root (new fd), for trying an idmap. */
-static int probe_userns(struct dsec_error **err)
-{
-  char path[64];
-  int fd = -1, p[2];
-  pid_t pid;
-
-  if (pipe2(p, O_CLOEXEC) < 0)
-    return dsec_fail(err, errno, "pipe");
-  pid = (pid_t) syscall(SYS_clone, CLONE_NEWUSER | SIGCHLD, NULL, NULL, NULL, 0);
-  if (pid == 0) {
-    char c;
-    close(p[1]);
-    (void) !read(p[0], &c, 1);
-    _exit(0);
-  }
-  close(p[0]);
-  if (pid < 0) {
-    close(p[1]);
-    return dsec_fail(err, errno, "cannot create a user namespace");
-  }
-  snprintf(path, sizeof path, "/proc/%d/uid_map", (int) pid);
-  {
-    _cleanup_close_ int m = open(path, O_WRONLY | O_CLOEXEC);
-    if (m >= 0 && write(m, "0 0 1\n", 6) == 6) {
-      close(m);
-      snprintf(path, sizeof path, "/proc/%d/gid_map", (int) pid);
-      m = open(path, O_WRONLY | O_CLOEXEC);
-      if (m >= 0 && write(m, "0 0 1\n", 6) == 6) {
-        snprintf(path, sizeof path, "/proc/%d/ns/user", (int) pid);
-        fd = open(path, O_RDONLY | O_CLOEXEC);
-      }
-    }
-  }
-  if (fd < 0)
-    dsec_fail(err, errno, "cannot map a user namespace");
-  close(p[1]);
-  while (waitpid(pid, NULL, 0) < 0 && errno == EINTR)
-    ;
-  return fd;
-}
-
 /* The file system mounted at mnt can be idmapped (erofs can since Linux
  * 5.19): a sandbox sees its files owned by its own root. */
 static int probe_idmap(const char *mnt, struct dsec_error **err)
 {
-  _cleanup_close_ int ns = probe_userns(err);
+  _cleanup_close_ int ns = dsec_userns_with_maps("0 0 1\n", "0 0 1\n", err);
   _cleanup_close_ int t = -1;
   struct mount_attr attr = { .attr_set = MOUNT_ATTR_IDMAP };
 
@@ -207,7 +115,7 @@ static int mount_image(const char *image, const char *mnt, const char **backing,
   img = open(image, O_RDONLY | O_CLOEXEC);
   if (img < 0)
     return dsec_fail(err, errno, "cannot open %s", image);
-  dev = loop_ro(img, &loop, err);
+  dev = dsec_loop_attach(img, true, &loop, err);
   if (!dev)
     return -1;
   if (mount(dev, mnt, "erofs", flags, NULL) < 0)

@@ -199,23 +199,7 @@ static DIR *opendir_at(int dirfd, const char *name)
 /* Whether path is mounted, under a mount or backing a loop device. */
 static bool path_mounted(struct verify *v, const char *path)
 {
-  _cleanup_closedir_ DIR *d = NULL;
-  struct dirent *de;
-
-  if (v->mountinfo && strstr(v->mountinfo, path))
-    return true;
-  d = opendir("/sys/block");
-  while (d && (de = readdir(d))) {
-    _cleanup_free_ char *f = NULL;
-    _cleanup_free_ char *b = NULL;
-    if (!dsec_str_has_prefix(de->d_name, "loop"))
-      continue;
-    f = xasprintf("/sys/block/%s/loop/backing_file", de->d_name);
-    b = dsec_read_file_at(AT_FDCWD, f, 8192, NULL, NULL);
-    if (b && strstr(b, path))
-      return true;
-  }
-  return false;
+  return dsec_path_in_use(v->mountinfo, path);
 }
 
 /* "none: ..." when the layer hex cannot go (a sandbox uses it, or it is

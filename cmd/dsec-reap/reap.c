@@ -1286,23 +1286,7 @@ static bool layer_mounted(struct reap *r, struct dsec_store *s,
                           const char *hex)
 {
   _cleanup_free_ char *p = xasprintf("%s/layers/%s", s->path, hex);
-  _cleanup_closedir_ DIR *d = NULL;
-  struct dirent *de;
-
-  if (r->mountinfo && strstr(r->mountinfo, p))
-    return true;
-  d = opendir("/sys/block");
-  while (d && (de = readdir(d))) {
-    _cleanup_free_ char *f = NULL;
-    _cleanup_free_ char *b = NULL;
-    if (!dsec_str_has_prefix(de->d_name, "loop"))
-      continue;
-    f = xasprintf("/sys/block/%s/loop/backing_file", de->d_name);
-    b = dsec_read_file_at(AT_FDCWD, f, 8192, NULL, NULL);
-    if (b && strstr(b, p))
-      return true;
-  }
-  return false;
+  return dsec_path_in_use(r->mountinfo, p);
 }
 
 static void add_cand(struct cand **v, size_t *n, const char *what,
