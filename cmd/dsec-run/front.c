@@ -3270,6 +3270,18 @@ static int do_resume(struct opts *o, struct dsec_error **err)
   return dsec_json_print_new(rec, err);
 }
 
+/* The record of a fork that failed: the others go on (partial success
+ * is reported per child). */
+static int fork_error(int index, const char *parent, const struct dsec_error *e,
+                      struct dsec_error **err)
+{
+  return dsec_json_print_new(json_pack("{s:s, s:i, s:s, s:s, s:i}", "type",
+                                       "error", "index", index, "parent",
+                                       parent, "error", e ? e->msg : "failed",
+                                       "exit_code", e ? e->status : 1),
+                             err);
+}
+
 /* A VM's forks: one memory snapshot and disk copy of the running VM
  * (paused for it), each fork restored from them with a disk of its own. */
 static int fork_vm(const char *id, int count, struct dsec_error **err)
@@ -3305,11 +3317,7 @@ static int fork_vm(const char *id, int count, struct dsec_error **err)
     } else
       json_decref(spec);
     failed++;
-    if (dsec_json_print_new(json_pack("{s:s, s:i, s:s, s:s, s:i}", "type",
-                                      "error", "index", i, "parent", id,
-                                      "error", e ? e->msg : "failed",
-                                      "exit_code", e ? e->status : 1),
-                            err) < 0) {
+    if (fork_error(i, id, e, err) < 0) {
       failed = -1;
       break;
     }
@@ -3367,11 +3375,7 @@ static int fork_world(const char *id, int count, struct dsec_error **err)
       }
     }
     failed++;
-    if (dsec_json_print_new(json_pack("{s:s, s:i, s:s, s:s, s:i}", "type",
-                                      "error", "index", i, "parent", id,
-                                      "error", e ? e->msg : "failed",
-                                      "exit_code", e ? e->status : 1),
-                            err) < 0)
+    if (fork_error(i, id, e, err) < 0)
       return -1;
   }
   {
@@ -3426,11 +3430,7 @@ static int do_fork(struct opts *o, struct dsec_error **err)
     }
     /* partial success is reported per child */
     failed++;
-    if (dsec_json_print_new(json_pack("{s:s, s:i, s:s, s:s, s:i}", "type",
-                                      "error", "index", i, "parent", id,
-                                      "error", e ? e->msg : "failed",
-                                      "exit_code", e ? e->status : 1),
-                            err) < 0)
+    if (fork_error(i, id, e, err) < 0)
       return -1;
   }
   {
