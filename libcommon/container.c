@@ -1097,6 +1097,8 @@ struct sup {
   uint64_t processes_suppressed;
   bool disk_full_seen;
   char *msgbuf;
+  char **erofs_images;  /* the EROFS images the sandbox runs from */
+  size_t n_erofs;
 };
 
 /* What the container backend keeps of an exec. */
@@ -1351,6 +1353,9 @@ static void ctr_stop(struct dsec_engine *e)
     while (waitpid(s->init_pid, NULL, 0) < 0 && errno == EINTR)
       ;
   }
+  /* what it read of its images, for the next host to mount them */
+  for (size_t i = 0; i < s->n_erofs; i++)
+    dsec_layer_hot_note(s->erofs_images[i]);
 }
 
 /* Freezes (or thaws) every process of the sandbox. */
@@ -2449,6 +2454,9 @@ static int mount_rootfs(struct sup *s, struct dsec_container_opts *o,
     if (dsec_mkdir_p(AT_FDCWD, dst, 0700, err) < 0)
       return -1;
     if (o->layer_fds && o->layer_fds[i] >= 0) {
+      s->erofs_images = xrealloc(s->erofs_images,
+                                 (s->n_erofs + 1) * sizeof *s->erofs_images);
+      s->erofs_images[s->n_erofs++] = xstrdup(o->layers[i]);
       /* the creator's clone of the host's mount of the layer's EROFS
        * image: this sandbox's own from now on */
       t = o->layer_fds[i];

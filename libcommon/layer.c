@@ -461,6 +461,11 @@ static int make_erofs(struct dsec_store *s, int dfd, const char *digest,
     unlinkat(dfd, tmpname, 0);
     return dsec_error_wrap(err, "cannot build the EROFS image of %s", digest);
   }
+  /* written, not read: its pages leave the cache (clean after the fsync),
+   * so that what sandboxes read of it is what the cache shows afterwards,
+   * the image's hot set (layermount.h), and a pull of many images does
+   * not push out what the host's sandboxes use */
+  (void) posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
   /* what it holds, beside it (written first: an image is never without) */
   rec = json_pack("{s:s, s:I, s:s, s:f, s:I, s:I, s:I, s:I}", "compression",
                   comp, "size", (json_int_t) st.st_size, "built", now,

@@ -14,7 +14,9 @@
 #include <string.h>
 #include <sys/file.h>
 #include <sys/ioctl.h>
+#include <sys/mman.h>
 #include <sys/mount.h>
+#include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
@@ -141,6 +143,8 @@ static int mount_layer(int ldfd, const char *ldir, const char *digest,
     return dsec_fail(err, errno, "cannot create %s", mnt);
   if (mount_image(image, mnt, &backing, &dev, err) < 0)
     return -1;
+  /* the disk starts on what sandboxes read first while the rest is set up */
+  dsec_layer_hot_prefetch(image);
   if (probe_idmap(mnt, err) < 0) {
     umount2(mnt, MNT_DETACH);
     return -1;
@@ -337,4 +341,161 @@ int dsec_layer_unbind(const char *run, struct dsec_error **err)
   if (umount2(dir, MNT_DETACH | UMOUNT_NOFOLLOW) < 0 && errno != EINVAL)
     return dsec_fail(err, errno, "cannot unmount %s", dir);
   return 1;
+}
+
+/* ---- the hot set */
+
+#define HOT_NAME "erofs.hot"
+/* resident runs closer than this are read as one range */
+#define HOT_GAP_PAGES 16
+/* what a prefetch asks for at most */
+#define HOT_MAX_BYTES (256ull << 20)
+
+/* The directory of image (a new fd), or -1. */
+static int image_dir(const char *image)
+{
+  _cleanup_free_ char *dir = xstrdup(image);
+  char *slash = strrchr(dir, '/');
+
+  if (!slash || slash == dir)
+    return -1;
+  *slash = '\0';
+  return open(dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+}
+
+/* The hot record beside image, if it is one for a file of size bytes. */
+static json_t *hot_read(int dfd, uint64_t size)
+{
+  _cleanup_free_ char *buf = dsec_read_file_at(dfd, HOT_NAME, 16u << 20,
+                                               NULL, NULL);
+  json_t *j = buf ? json_loads(buf, 0, NULL) : NULL;
+
+  if (j && (!json_is_integer(json_object_get(j, "size")) ||
+            (uint64_t) json_integer_value(json_object_get(j, "size")) != size ||
+            !json_is_array(json_object_get(j, "ranges")))) {
+    json_decref(j);
+    j = NULL;
+  }
+  return j;
+}
+
+void dsec_layer_hot_note(const char *image)
+{
+  _cleanup_close_ int fd = open(image, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+  _cleanup_close_ int dfd = -1;
+  _cleanup_free_ unsigned char *vec = NULL;
+  _cleanup_json_ json_t *old = NULL;
+  _cleanup_json_ json_t *rec = NULL;
+  _cleanup_free_ char *text = NULL;
+  _cleanup_error_ struct dsec_error *err = NULL;
+  const size_t ps = (size_t) sysconf(_SC_PAGESIZE);
+  json_t *ranges;
+  uint64_t bytes = 0;
+  size_t pages, i, start = 0, last = 0;
+  bool open_run = false;
+  struct stat st;
+  void *map;
+
+  /* a layer's image in a store, and nothing else, gets a record beside it */
+  if (!dsec_str_has_suffix(image, "/layer.erofs") || fd < 0 ||
+      fstat(fd, &st) < 0 || !S_ISREG(st.st_mode) || st.st_size == 0)
+    return;
+  pages = ((size_t) st.st_size + ps - 1) / ps;
+  map = mmap(NULL, (size_t) st.st_size, PROT_READ, MAP_SHARED, fd, 0);
+  if (map == MAP_FAILED)
+    return;
+  vec = xmalloc(pages);
+  if (mincore(map, (size_t) st.st_size, vec) < 0) {
+    munmap(map, (size_t) st.st_size);
+    return;
+  }
+  munmap(map, (size_t) st.st_size);
+  ranges = json_array();
+  rec = json_pack("{s:I, s:I, s:o}", "size", (json_int_t) st.st_size, "page",
+                  (json_int_t) ps, "ranges", ranges);
+  for (i = 0; i <= pages; i++) {
+    bool in = i < pages && (vec[i] & 1);
+    if (in) {
+      bytes += ps;
+      if (open_run && i - last > HOT_GAP_PAGES) {
+        json_array_append_new(ranges, json_pack("[I, I]", (json_int_t) (start * ps),
+                                                (json_int_t) ((last + 1 - start) * ps)));
+        open_run = false;
+      }
+      if (!open_run)
+        start = i;
+      open_run = true;
+      last = i;
+    } else if (i == pages && open_run)
+      json_array_append_new(ranges, json_pack("[I, I]", (json_int_t) (start * ps),
+                                              (json_int_t) ((last + 1 - start) * ps)));
+  }
+  if (bytes == 0)
+    return;
+  json_object_set_new(rec, "bytes", json_integer((json_int_t) bytes));
+  dfd = image_dir(image);
+  if (dfd < 0)
+    return;
+  old = hot_read(dfd, (uint64_t) st.st_size);
+  if (old && bytes <= (uint64_t) json_integer_value(json_object_get(old, "bytes")) / 4 * 5)
+    return;
+  text = json_dumps(rec, JSON_COMPACT);
+  if (!text || dsec_write_file_replace(dfd, HOT_NAME, text, strlen(text), 0644,
+                                       &err) < 0)
+    dsec_debug("no hot set for %s: %s", image, err ? err->msg : "out of memory");
+}
+
+void dsec_layer_hot_prefetch(const char *image)
+{
+  _cleanup_close_ int fd = open(image, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+  _cleanup_close_ int dfd = -1;
+  _cleanup_json_ json_t *rec = NULL;
+  struct stat st;
+  pid_t pid;
+
+  if (fd < 0 || fstat(fd, &st) < 0 || !S_ISREG(st.st_mode))
+    return;
+  dfd = image_dir(image);
+  if (dfd < 0 || !(rec = hot_read(dfd, (uint64_t) st.st_size)))
+    return;
+  /* Asking is not free: the kernel allocates the pages and submits the
+   * reads in the call, and waits for the disk's queue when it is full
+   * (60 ms for 22 MiB here).  A grandchild of ours asks, with nothing of
+   * ours open (a caller reading our stdout to its end must not wait for
+   * it), while the create goes on. */
+  pid = fork();
+  if (pid < 0)
+    return;
+  if (pid == 0) {
+    uint64_t asked = 0;
+    size_t i;
+    json_t *r;
+    int null;
+    if (fork() != 0)
+      _exit(0);
+    prctl(PR_SET_NAME, "dsec-prefetch", 0, 0, 0);
+    null = open("/dev/null", O_RDWR);
+    if (null < 0 || dup2(null, 0) < 0 || dup2(null, 1) < 0 ||
+        dup2(null, 2) < 0 || dup2(fd, 3) < 0)
+      _exit(1);
+    syscall(SYS_close_range, 4U, ~0U, 0U);
+    json_array_foreach(json_object_get(rec, "ranges"), i, r)
+    {
+      json_int_t off = json_integer_value(json_array_get(r, 0));
+      json_int_t len = json_integer_value(json_array_get(r, 1));
+      if (off < 0 || len <= 0 || off >= st.st_size)
+        continue;
+      if (len > st.st_size - off)
+        len = st.st_size - off;
+      if (asked + (uint64_t) len > HOT_MAX_BYTES)
+        break;
+      asked += (uint64_t) len;
+      (void) posix_fadvise(3, off, len, POSIX_FADV_WILLNEED);
+    }
+    _exit(0);
+  }
+  while (waitpid(pid, NULL, 0) < 0 && errno == EINTR)
+    ;
+  dsec_debug("prefetching %s (%" JSON_INTEGER_FORMAT " bytes noted)", image,
+             json_integer_value(json_object_get(rec, "bytes")));
 }

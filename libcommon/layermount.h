@@ -55,4 +55,18 @@ int dsec_layer_unmount(const char *run, const char *hex, bool *busy,
  * to do or a layer is mounted. */
 int dsec_layer_unbind(const char *run, struct dsec_error **err);
 
+/* The hot set of a layer's EROFS image: the pages of the image file that
+ * this host has in its page cache, read by the sandboxes that ran from it
+ * (mincore), kept beside the image as erofs.hot, JSON
+ * {"size": N, "page": 4096, "bytes": B, "ranges": [[OFFSET, LENGTH], ...]}.
+ * Noted when a sandbox stops, replaced only when the new set is larger by
+ * a quarter (it never shrinks to what one short-lived sandbox read);
+ * prefetched (POSIX_FADV_WILLNEED, asynchronous) when a host mounts the
+ * image, so that the first sandbox on a host whose cache is cold reads
+ * its files with the disk already at work on them, as a trace-driven
+ * prefetch does.  A store shared by nodes shares the record.  Both are
+ * best effort: a failure is logged under DSEC_DEBUG and ignored. */
+void dsec_layer_hot_note(const char *image);
+void dsec_layer_hot_prefetch(const char *image);
+
 #endif

@@ -22,6 +22,7 @@
 #include "crash.h"
 #include "fsutil.h"
 #include "idrange.h"
+#include "layermount.h"
 #include "log.h"
 #include "spec.h"
 #include "store.h"
@@ -411,6 +412,26 @@ void dsec_sandbox_remove_files(const char *id, json_t *spec)
     dsec_sandbox_name_release(name, id);
 }
 
+/* A supervisor killed (rm --force) noted nothing of what its sandbox read
+ * of its layers' EROFS images: noted here (layermount.h). */
+static void note_hot_sets(const char *dir)
+{
+  _cleanup_free_ char *path = xasprintf("%s/environment.json", dir);
+  _cleanup_free_ char *buf = dsec_read_file_at(AT_FDCWD, path, 1 << 20, NULL,
+                                               NULL);
+  _cleanup_json_ json_t *env = buf ? json_loads(buf, 0, NULL) : NULL;
+  json_t *l;
+  size_t i;
+
+  json_array_foreach(json_object_get(env, "layers"), i, l)
+  {
+    const char *f = json_string_value(json_object_get(l, "format"));
+    const char *p = json_string_value(json_object_get(l, "path"));
+    if (f && p && strcmp(f, "erofs") == 0)
+      dsec_layer_hot_note(p);
+  }
+}
+
 int dsec_sandbox_stop(const char *id, bool force, struct dsec_error **err)
 {
   _cleanup_json_ json_t *st = dsec_sandbox_status(id, err);
@@ -459,6 +480,8 @@ int dsec_sandbox_stop(const char *id, bool force, struct dsec_error **err)
     }
     if (dsec_process_alive(sup, start))
       return dsec_fail(err, EBUSY, "the supervisor of %s does not stop", id);
+    if (force)
+      note_hot_sets(dir);
   }
   dsec_crash_point("supervisor stopped");
   /* whatever a dead supervisor left: processes, cgroups (found by the id

@@ -132,6 +132,9 @@ static int fix_erofs(struct verify *v, int dirfd, const char *name,
     return dsec_fail(err, errno, "cannot remove layer.erofs");
   if (unlinkat(dirfd, "layer.erofs.json", 0) < 0 && errno != ENOENT)
     return dsec_fail(err, errno, "cannot remove layer.erofs.json");
+  /* the hot set of the image removed (layermount.h) */
+  if (unlinkat(dirfd, "erofs.hot", 0) < 0 && errno != ENOENT)
+    return dsec_fail(err, errno, "cannot remove erofs.hot");
   return dsec_fsync_dir(dirfd, err);
 }
 

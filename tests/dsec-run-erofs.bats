@@ -245,6 +245,87 @@ store_bytes() {
   jq_ok '.stdout == "dsec\n"'
 }
 
+# with_big OUT: the busybox rootfs and /big, 4 MiB that do not compress
+with_big() {
+  python3 - "$(busybox_tar)" "$1" <<'PY'
+import io, os, sys, tarfile
+src, out = sys.argv[1], sys.argv[2]
+with tarfile.open(src) as t, tarfile.open(out, "w") as o:
+    for m in t.getmembers():
+        o.addfile(m, t.extractfile(m) if m.isfile() else None)
+    ti = tarfile.TarInfo("big")
+    ti.mode, ti.size = 0o644, 4 << 20
+    o.addfile(ti, io.BytesIO(os.urandom(ti.size)))
+PY
+}
+
+# big_create: a sandbox of big:1 (its id)
+big_create() {
+  local rec
+  rec=$(dsec-run create --image big:1) || return
+  jq -r '.id' <<<"$rec" | tee -a "$SB_IDS"
+}
+
+# resident FILE: the bytes of FILE in the page cache
+resident() {
+  fincore --bytes --noheadings --output RES "$1"
+}
+
+# uncache FILE: FILE's clean pages out of the page cache
+uncache() {
+  python3 -c 'import os, sys; fd = os.open(sys.argv[1], os.O_RDONLY); os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)' "$1"
+}
+
+@test "an image's hot set: what its sandboxes read is noted beside it and prefetched when a host mounts it again" {
+  local id hex img hot size n
+  command -v fincore >/dev/null || skip "needs fincore (util-linux)"
+  with_big "$BATS_TEST_TMPDIR/big.tar"
+  run -0 --separate-stderr dsec-pull --name big:1 "tar:$BATS_TEST_TMPDIR/big.tar"
+  hex=$(dsec-layer inspect big:1 | jq -r '.layers[0].digest | ltrimstr("sha256:")')
+  img=$(store_dir)/layers/$hex/layer.erofs
+  hot=$(store_dir)/layers/$hex/erofs.hot
+  size=$(stat -c %s "$img")
+  # the pull wrote the image and left none of it cached: no hot set yet
+  [ "$(resident "$img")" -lt $((2 << 20)) ]
+  [ ! -e "$hot" ]
+  # a sandbox that reads busybox only: /big is not in the set
+  id=$(big_create)
+  run -0 --separate-stderr dsec-run exec "$id" -- sh -c 'cat /bin/busybox >/dev/null'
+  dsec-run rm "$id" >/dev/null
+  jq -e --argjson s "$size" '.size == $s and .page > 0 and .bytes > 0 and
+    .bytes < $s - (3 * 1048576) and (.ranges | length) > 0 and
+    ([.ranges[] | .[0] >= 0 and .[1] > 0 and .[0] + .[1] <= $s] | all)' "$hot"
+  # one that reads /big: the set grows (a smaller one never replaces it)
+  id=$(big_create)
+  run -0 --separate-stderr dsec-run exec "$id" -- sh -c 'cat /big >/dev/null'
+  dsec-run rm "$id" >/dev/null
+  jq -e '.bytes >= 4 * 1048576' "$hot"
+  # a host that mounts the image with none of it cached reads the set
+  # ahead, as the mount is made
+  layer_mounts_clean
+  uncache "$img"
+  [ "$(resident "$img")" -lt $((2 << 20)) ]
+  DSEC_DEBUG=1 run -0 --separate-stderr dsec-run create --image big:1
+  id=$(jq -r .id <<<"$output")
+  echo "$id" >>"$SB_IDS"
+  [[ $stderr == *"prefetching $img ("* ]]
+  for ((n = 0; n < 100; n++)); do
+    [ "$(resident "$img")" -ge $((4 << 20)) ] && break
+    sleep 0.1
+  done
+  [ "$(resident "$img")" -ge $((4 << 20)) ]
+  dsec-run rm --force "$id" >/dev/null
+  # a record that is not one (or is for another image) is ignored
+  layer_mounts_clean
+  echo '{"size": 1, "ranges": "x"}' >"$hot"
+  id=$(big_create)
+  run -0 --separate-stderr dsec-run exec "$id" -- true
+  dsec-run rm --force "$id" >/dev/null
+  jq -e --argjson s "$size" '.size == $s' "$hot"
+  # it is the store's: verify says nothing of it
+  run -0 --separate-stderr dsec-layer verify
+}
+
 # debian_like OUT EUID: the busybox rootfs with what distribution images
 # carry: a setuid-root copy of busybox (su), a setgid one (unix_chkpwd,
 # group shadow), a setuid hardlink, a file with file capabilities, /dev
