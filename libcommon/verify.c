@@ -646,6 +646,104 @@ static int check_sources(struct verify *v, struct dsec_error **err)
   return ret;
 }
 
+/* ---- the VMs' boot files (vmimage.c)
+ *
+ * store/vm/<key>/ holds boot.json, vmlinux and initramfs.cpio, built in
+ * <key>.tmp-* under the store lock vm-<key> and renamed into place whole;
+ * store/vm/index.json says which inputs made which key (a cache: a key
+ * it does not find is built again). */
+
+static int vm_lock(struct verify *v, const char *name, struct dsec_error **err)
+{
+  _cleanup_free_ char *lockname = xasprintf("vm-%.*s", DSEC_SHA256_HEX_LEN,
+                                            name);
+  return dsec_lock_at(v->s->locks_fd, lockname, DSEC_LOCK_EXCLUSIVE, true, err);
+}
+
+/* An entry, or what a builder that died left: removed under its key's
+ * lock (held: it is being built now, and is left). */
+static int fix_vm_entry(struct verify *v, int dirfd, const char *name,
+                        struct dsec_error **err)
+{
+  _cleanup_close_ int lock = vm_lock(v, name, err);
+  if (lock < 0)
+    return dsec_error_wrap(err, "its builder holds its lock");
+  return dsec_rm_rf_at(dirfd, name, err);
+}
+
+/* What is wrong with the entry hex (new string), or NULL. */
+static char *vm_entry_problem(int vm_fd, const char *hex)
+{
+  static const char *const files[] = { "vmlinux", "initramfs.cpio" };
+  _cleanup_close_ int dfd = openat(vm_fd, hex, O_RDONLY | O_DIRECTORY |
+                                                 O_NOFOLLOW | O_CLOEXEC);
+  _cleanup_free_ char *buf = NULL;
+  _cleanup_json_ json_t *j = NULL;
+  const char *fmt;
+
+  if (dfd < 0)
+    return xasprintf("not a directory that opens: %s", strerror(errno));
+  buf = dsec_read_file_at(dfd, "boot.json", 1 << 20, NULL, NULL);
+  if (!buf)
+    return xstrdup("its boot.json is missing");
+  j = json_loads(buf, 0, NULL);
+  fmt = json_string_value(json_object_get(j, "format"));
+  if (!fmt || !dsec_str_has_prefix(fmt, "dsec-vm-boot/") ||
+      !json_is_string(json_object_get(j, "kernel_digest")))
+    return xstrdup("its boot.json is not a boot record");
+  for (size_t i = 0; i < ARRAY_SIZE(files); i++) {
+    struct stat st;
+    if (fstatat(dfd, files[i], &st, AT_SYMLINK_NOFOLLOW) < 0 ||
+        !S_ISREG(st.st_mode) || st.st_size == 0)
+      return xasprintf("its %s is missing or empty", files[i]);
+  }
+  return NULL;
+}
+
+static int check_vm(struct verify *v, struct dsec_error **err)
+{
+  _cleanup_close_ int vm_fd = openat(v->s->fd, "vm", O_RDONLY | O_DIRECTORY |
+                                                       O_NOFOLLOW | O_CLOEXEC);
+  _cleanup_closedir_ DIR *d = NULL;
+  struct dirent *de;
+  int ret = 0;
+
+  if (vm_fd < 0)
+    return errno == ENOENT ? 0 : dsec_fail(err, errno, "cannot open %s/vm",
+                                           v->s->path);
+  d = opendir_at(vm_fd, ".");
+  if (!d)
+    return dsec_fail(err, errno, "cannot read %s/vm", v->s->path);
+  while (ret == 0 && (de = readdir(d))) {
+    _cleanup_free_ char *id = xasprintf("%s/vm/%s", v->s->path, de->d_name);
+    _cleanup_free_ char *why = NULL;
+    if (is_tmp_name(de->d_name) && strlen(de->d_name) > DSEC_SHA256_HEX_LEN) {
+      /* a live builder holds its key's lock */
+      int lock = vm_lock(v, de->d_name, NULL);
+      if (lock < 0)
+        continue;
+      close(lock);
+      if (!too_young(v, vm_fd, de->d_name))
+        ret = finding(v, "tmp", id, "partial object", "remove", fix_vm_entry,
+                      vm_fd, de->d_name, err);
+    } else if (hex64(de->d_name)) {
+      v->c->vm_boot++;
+      why = vm_entry_problem(vm_fd, de->d_name);
+      if (why)
+        ret = finding(v, "vm_boot", id, why, "remove", fix_vm_entry, vm_fd,
+                      de->d_name, err);
+    } else if (strcmp(de->d_name, "index.json") == 0) {
+      _cleanup_free_ char *buf = dsec_read_file_at(vm_fd, "index.json", 64 << 20,
+                                                   NULL, NULL);
+      _cleanup_json_ json_t *j = buf ? json_loads(buf, 0, NULL) : NULL;
+      if (!json_is_array(json_object_get(j, "entries")))
+        ret = finding(v, "vm_boot", id, "the index does not parse",
+                      "remove", fix_unlink, vm_fd, "index.json", err);
+    }
+  }
+  return ret;
+}
+
 /* ---- store/tmp and what sandboxes use */
 
 /* Blobs being written hold a lock on their file; an unlocked one is a
@@ -738,6 +836,8 @@ int dsec_store_verify(struct dsec_store *s, const struct dsec_verify_opts *o,
     ret = check_refs_in(&v, NULL, err);
   if (ret == 0)
     ret = check_sources(&v, err);
+  if (ret == 0)
+    ret = check_vm(&v, err);
   if (ret == 0)
     ret = check_used(&v, err);
   json_decref(v.used);

@@ -4,7 +4,7 @@
  *   {"type":"finding","what":W,"id":ID,"problem":TEXT,"repair":ACTION}
  *
  * what is "blob", "image", "layer", "erofs", "rootfs", "ref", "source",
- * "tmp" or "sandbox"; repair says what a repair does ("remove",
+ * "vm_boot" (a VM's boot files, store/vm), "tmp" or "sandbox"; repair says what a repair does ("remove",
  * "complete", "none: WHY") or, with repair on, what it did ("removed",
  * "completed", "failed: WHY", "none: WHY"). */
 #ifndef DSEC_VERIFY_H
@@ -26,7 +26,7 @@ struct dsec_verify_opts {
 };
 
 struct dsec_verify_counts {
-  int64_t blobs, images, layers, refs, sources; /* checked */
+  int64_t blobs, images, layers, refs, sources, vm_boot; /* checked */
   int64_t findings, repaired, remaining;
 };
 
@@ -35,7 +35,8 @@ typedef int (*dsec_verify_emit_fn)(json_t *rec, void *ud,
                                    struct dsec_error **err);
 
 /* Checks every blob (against its digest), image and layer record, ref,
- * source reference, EROFS image and extracted tree of the store, and
+ * source reference, EROFS image, extracted tree and VM boot entry of the
+ * store, and
  * looks for partial objects (temporary files, .tmp-* and .trash-*
  * names).  The caller holds the store's gc lock: shared to check,
  * exclusive to repair.  Returns 0 with *c filled, or -1. */

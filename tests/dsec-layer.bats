@@ -11,9 +11,13 @@ load helpers/fn-assert
 setup() { common_setup; }
 
 # Mounts and loop devices a test made are listed in $BATS_TEST_TMPDIR/mounts
-# ("mnt DIR" and "loop FILE" lines) and undone here, whatever happened.
+# ("mnt DIR" and "loop FILE" lines) and undone here, whatever happened;
+# so are the processes it started in the background (pids, a line each).
 teardown() {
-  local list="$BATS_TEST_TMPDIR/mounts" kind path dev
+  local list="$BATS_TEST_TMPDIR/mounts" kind path dev p
+  if [ -f "$BATS_TEST_TMPDIR/pids" ]; then
+    while read -r p; do kill -9 "$p" 2>/dev/null || true; done <"$BATS_TEST_TMPDIR/pids"
+  fi
   [ -f "$list" ] || return 0
   tac "$list" | while read -r kind path; do
     case $kind in
@@ -1004,6 +1008,62 @@ findings() {
   [ "$(jq -r .digest <<<"$output")" = "$la" ]
   run -0 --separate-stderr dsec-layer verify
   jq_ok '.consistent == true and .checked.images == 1'
+}
+
+@test "verify: the VMs' boot files (store/vm): a damaged entry, a builder's leftover and a broken index; --repair, never under a live builder" {
+  local s k1 k2 k3 held
+  s=$(store_dir)
+  run -0 --separate-stderr dsec-pull --name img/bb:1 "tar:$(busybox_tar)"
+  k1=$(printf 'a%.0s' $(seq 64)) k2=$(printf 'b%.0s' $(seq 64)) k3=$(printf 'c%.0s' $(seq 64))
+  # entries as dsec-vm builds them (vmimage.c): boot.json, vmlinux, initramfs.cpio
+  for k in "$k1" "$k2" "$k3"; do
+    mkdir -p "$s/vm/$k"
+    printf '{"format":"dsec-vm-boot/2","release":"6.1.0","kernel_digest":"sha256:%s"}\n' \
+      "$k" >"$s/vm/$k/boot.json"
+    echo kernel >"$s/vm/$k/vmlinux"
+    echo cpio >"$s/vm/$k/initramfs.cpio"
+  done
+  printf '{"version":1,"entries":[]}\n' >"$s/vm/index.json"
+  run -0 --separate-stderr dsec-layer verify
+  one_line
+  jq_ok '.consistent == true and .checked.vm_boot == 3'
+
+  # an empty kernel, a boot record that is none, a builder that died, an
+  # index cut short
+  : >"$s/vm/$k1/vmlinux"
+  echo '{"format":"other"}' >"$s/vm/$k2/boot.json"
+  mkdir "$s/vm/$k3.tmp-abcdef"
+  echo '{"version":1,"entr' >"$s/vm/index.json"
+  run -1 --separate-stderr dsec-layer verify
+  out_jq -s --arg p "$s/vm" '
+    any(.[]; .what == "vm_boot" and .id == $p + "/" + "'"$k1"'" and
+      (.problem | test("vmlinux")) and .repair == "remove") and
+    any(.[]; .what == "vm_boot" and .id == $p + "/" + "'"$k2"'" and
+      (.problem | test("boot record"))) and
+    any(.[]; .what == "tmp" and .id == $p + "/" + "'"$k3"'.tmp-abcdef") and
+    any(.[]; .what == "vm_boot" and .id == $p + "/index.json") and
+    (map(select(.type == "finding")) | length == 4)'
+
+  # a builder at work on k1 holds its key's lock: its entry is left
+  held=$BATS_TEST_TMPDIR/held
+  flock -x "$s/locks/vm-$k1" sh -c "touch $held.on; while [ ! -e $held.off ]; do sleep 0.1; done" &
+  echo "$!" >>"$BATS_TEST_TMPDIR/pids"
+  for _ in $(seq 100); do [ -e "$held.on" ] && break; sleep 0.1; done
+  run -1 --separate-stderr dsec-layer verify --repair
+  out_jq -s 'any(.[]; .what == "vm_boot" and (.repair | startswith("failed: "))) and
+    last.remaining == 1'
+  [ -d "$s/vm/$k1" ]
+  [ ! -e "$s/vm/$k2" ]
+  [ ! -e "$s/vm/$k3.tmp-abcdef" ]
+  [ ! -e "$s/vm/index.json" ]
+  [ -d "$s/vm/$k3" ]
+  touch "$held.off"
+  wait
+  run -0 --separate-stderr dsec-layer verify --repair
+  [ ! -e "$s/vm/$k1" ]
+  run -0 --separate-stderr dsec-layer verify
+  one_line
+  jq_ok '.consistent == true and .checked.vm_boot == 1'
 }
 
 @test "verify: a damaged EROFS image, an unmarked tree and a half-removed layer; --repair" {

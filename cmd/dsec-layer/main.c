@@ -353,12 +353,13 @@ static int cmd_verify(struct dsec_store *s, bool repair,
   if (gc < 0 || dsec_store_verify(s, &vo, print_finding, NULL, &c, err) < 0)
     return -1;
   if (dsec_json_print_new(
-        json_pack("{s:s, s:b, s:{s:I, s:I, s:I, s:I, s:I}, s:I, s:I, s:I, "
-                  "s:b, s:f}",
+        json_pack("{s:s, s:b, s:{s:I, s:I, s:I, s:I, s:I, s:I}, s:I, s:I, "
+                  "s:I, s:b, s:f}",
                   "type", "summary", "repair", repair, "checked", "blobs",
                   (json_int_t) c.blobs, "images", (json_int_t) c.images,
                   "layers", (json_int_t) c.layers, "refs",
                   (json_int_t) c.refs, "sources", (json_int_t) c.sources,
+                  "vm_boot", (json_int_t) c.vm_boot,
                   "findings", (json_int_t) c.findings, "repaired",
                   (json_int_t) c.repaired, "remaining",
                   (json_int_t) c.remaining, "consistent", c.remaining == 0,
