@@ -730,14 +730,14 @@ static int check_vm(struct verify *v, struct dsec_error **err)
       v->c->vm_boot++;
       why = vm_entry_problem(vm_fd, de->d_name);
       if (why)
-        ret = finding(v, "vm_boot", id, why, "remove", fix_vm_entry, vm_fd,
+        ret = finding(v, "vm-boot", id, why, "remove", fix_vm_entry, vm_fd,
                       de->d_name, err);
     } else if (strcmp(de->d_name, "index.json") == 0) {
       _cleanup_free_ char *buf = dsec_read_file_at(vm_fd, "index.json", 64 << 20,
                                                    NULL, NULL);
       _cleanup_json_ json_t *j = buf ? json_loads(buf, 0, NULL) : NULL;
       if (!json_is_array(json_object_get(j, "entries")))
-        ret = finding(v, "vm_boot", id, "the index does not parse",
+        ret = finding(v, "vm-boot", id, "the index does not parse",
                       "remove", fix_unlink, vm_fd, "index.json", err);
     }
   }

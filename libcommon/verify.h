@@ -4,7 +4,7 @@
  *   {"type":"finding","what":W,"id":ID,"problem":TEXT,"repair":ACTION}
  *
  * what is "blob", "image", "layer", "erofs", "rootfs", "ref", "source",
- * "vm_boot" (a VM's boot files, store/vm), "tmp" or "sandbox"; repair says what a repair does ("remove",
+ * "vm-boot" (a VM's boot files, store/vm), "tmp" or "sandbox"; repair says what a repair does ("remove",
  * "complete", "none: WHY") or, with repair on, what it did ("removed",
  * "completed", "failed: WHY", "none: WHY"). */
 #ifndef DSEC_VERIFY_H

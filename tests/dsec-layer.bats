@@ -1036,12 +1036,12 @@ findings() {
   echo '{"version":1,"entr' >"$s/vm/index.json"
   run -1 --separate-stderr dsec-layer verify
   out_jq -s --arg p "$s/vm" '
-    any(.[]; .what == "vm_boot" and .id == $p + "/" + "'"$k1"'" and
+    any(.[]; .what == "vm-boot" and .id == $p + "/" + "'"$k1"'" and
       (.problem | test("vmlinux")) and .repair == "remove") and
-    any(.[]; .what == "vm_boot" and .id == $p + "/" + "'"$k2"'" and
+    any(.[]; .what == "vm-boot" and .id == $p + "/" + "'"$k2"'" and
       (.problem | test("boot record"))) and
     any(.[]; .what == "tmp" and .id == $p + "/" + "'"$k3"'.tmp-abcdef") and
-    any(.[]; .what == "vm_boot" and .id == $p + "/index.json") and
+    any(.[]; .what == "vm-boot" and .id == $p + "/index.json") and
     (map(select(.type == "finding")) | length == 4)'
 
   # a builder at work on k1 holds its key's lock: its entry is left
@@ -1050,7 +1050,7 @@ findings() {
   echo "$!" >>"$BATS_TEST_TMPDIR/pids"
   for _ in $(seq 100); do [ -e "$held.on" ] && break; sleep 0.1; done
   run -1 --separate-stderr dsec-layer verify --repair
-  out_jq -s 'any(.[]; .what == "vm_boot" and (.repair | startswith("failed: "))) and
+  out_jq -s 'any(.[]; .what == "vm-boot" and (.repair | startswith("failed: "))) and
     last.remaining == 1'
   [ -d "$s/vm/$k1" ]
   [ ! -e "$s/vm/$k2" ]

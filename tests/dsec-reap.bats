@@ -940,8 +940,14 @@ snapshot() {
   cur=$(printf 'b%.0s' $(seq 64))
   young=$(printf 'c%.0s' $(seq 64))
   mkdir -p "$vm/$old" "$vm/$cur" "$vm/$young"
-  head -c 100000 /dev/zero >"$vm/$old/vmlinux"
-  head -c 100000 /dev/zero >"$vm/$cur/vmlinux"
+  # whole entries, as dsec-vm builds them (dsec-layer verify removes a
+  # damaged one)
+  for k in "$old" "$cur" "$young"; do
+    printf '{"format":"dsec-vm-boot/2","kernel_digest":"sha256:%s"}\n' "$k" \
+      >"$vm/$k/boot.json"
+    head -c 100000 /dev/zero >"$vm/$k/vmlinux"
+    echo cpio >"$vm/$k/initramfs.cpio"
+  done
   printf '{"version":1,"entries":[{"key":"sha256:%s","inputs":[]}]}\n' "$cur" \
     >"$vm/index.json"
   touch -d '-1 hour' "$vm/$old" "$vm/$cur"
