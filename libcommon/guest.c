@@ -3,9 +3,11 @@
 #define _GNU_SOURCE
 #include "guest.h"
 
+#include <alloca.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <grp.h>
+#include <limits.h>
 #include <linux/mount.h>
 #include <net/if.h>
 #include <signal.h>
@@ -262,6 +264,98 @@ static int builtin(const struct dsec_guest_exec *x)
   return 0;
 }
 
+/* A script without #!: /bin/sh FILE ARGS..., as execvp runs it. */
+static void exec_script(const char *file, char *const argv[],
+                        char *const envp[])
+{
+  size_t n = 0;
+  char **sh;
+
+  while (argv[n])
+    n++;
+  sh = alloca(sizeof *sh * (n + 2));
+  sh[0] = (char *) "/bin/sh";
+  sh[1] = (char *) file;
+  for (size_t i = 1; i <= n; i++)
+    sh[i + 1] = argv[i];
+  execve(sh[0], sh, envp);
+  errno = ENOEXEC;
+}
+
+/* execvp(3) with the same results (the error of the last candidate, EACCES
+ * when one was found but could not run, a script without #! run by
+ * /bin/sh), but without an execve for each directory of PATH where the
+ * program is not: every execve in a sandbox is a round trip to the
+ * supervisor (seccomp notification, for the audit of program starts), so
+ * a stat(2) skips the candidates that do not exist.  No allocation: it
+ * runs in a child that shares its parent's memory. */
+static void exec_search(char *const argv[], char *const envp[])
+{
+  const char *file = argv[0], *path = NULL, *p;
+  size_t flen = strlen(file);
+  bool eacces = false;
+
+  if (!*file) {
+    errno = ENOENT;
+    return;
+  }
+  if (strchr(file, '/')) {
+    execve(file, argv, envp);
+    if (errno == ENOEXEC)
+      exec_script(file, argv, envp);
+    return;
+  }
+  for (char *const *e = envp; *e; e++)
+    if (strncmp(*e, "PATH=", 5) == 0) {
+      path = *e + 5;
+      break;
+    }
+  if (!path)
+    path = "/bin:/usr/bin"; /* glibc's default */
+  if (flen >= PATH_MAX) {
+    errno = ENAMETOOLONG;
+    return;
+  }
+  for (p = path;; p++) {
+    const char *end = strchrnul(p, ':');
+    size_t dlen = (size_t) (end - p);
+    char cand[PATH_MAX + 1];
+    struct stat st;
+
+    if (dlen + 1 + flen < sizeof cand) {
+      if (dlen) {
+        memcpy(cand, p, dlen);
+        cand[dlen++] = '/';
+      }
+      memcpy(cand + dlen, file, flen + 1);
+      /* not there: no execve (what execve would say is ENOENT or
+       * ENOTDIR, which execvp skips too); anything else, execve tells */
+      if (stat(cand, &st) < 0 && (errno == ENOENT || errno == ENOTDIR))
+        errno = ENOENT;
+      else {
+        execve(cand, argv, envp);
+        switch (errno) {
+        case ENOEXEC:
+          /* execvp's fallback: a script without #! goes to the shell */
+          exec_script(cand, argv, envp);
+          return;
+        case EACCES:
+          eacces = true;
+          break;
+        case ENOENT: case ENOTDIR: case ESTALE: case ENODEV: case ETIMEDOUT:
+          break;
+        default:
+          return;
+        }
+      }
+    }
+    if (!*end)
+      break;
+    p = end;
+  }
+  errno = eacces ? EACCES : ENOENT;
+}
+
 _Noreturn void dsec_guest_exec(const struct dsec_guest_exec *x)
 {
   struct rlimit none = { 0, 0 };
@@ -315,7 +409,7 @@ _Noreturn void dsec_guest_exec(const struct dsec_guest_exec *x)
   if (x->builtin)
     _exit(builtin(x));
   environ = (char **) x->envp;
-  execvp(x->argv[0], x->argv);
+  exec_search(x->argv, (char *const *) x->envp);
   dprintf(2, "dsec: %s: %s\n", x->argv[0], strerror(errno));
   _exit(errno == ENOENT || errno == ENOTDIR ? DSEC_EXIT_NOT_FOUND
                                             : DSEC_EXIT_CANNOT_EXEC);
