@@ -35,6 +35,7 @@
 #include <linux/loop.h>
 #include <linux/mount.h>
 #include <linux/openat2.h>
+#include <linux/sockios.h>
 #include <malloc.h>
 #include <math.h>
 #include <net/if.h>
@@ -50,6 +51,7 @@
 #include <sys/epoll.h>
 #include <sys/fanotify.h>
 #include <sys/ioctl.h>
+#include <sys/mman.h>
 #include <sys/mount.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
@@ -176,6 +178,9 @@ struct init_ctx {
   json_t *protect; /* fncall and exclusive execs: the spec's protect,
                     * planned again per call */
   bool exclusive;  /* an exclusive exec (the supervisor's child, not init's) */
+  char *stack;     /* where a child that shares our memory runs (spawn_stack) */
+  bool vfork_ok;   /* such a child may change its credentials (see
+                    * init_spawn) */
 };
 
 /* Paths masked in /proc and /sys: files get /dev/null, directories an
@@ -543,19 +548,16 @@ static void drop_privileges(struct init_ctx *c, uid_t uid, gid_t gid,
  * end it), but its reaper.  The command is its child; when it ends, PID 1
  * gives its status to the relay (sp) and exits, and every process the
  * call left behind dies with the namespace.  Returns in the command. */
-static void call_split(int sp)
+/* The reaper's part: waits for the command (cmd) and leaves with its
+ * status given to the relay (sp >= 0) or to the supervisor (on init's
+ * socket at 3, for the exec xid: see init_message). */
+_Noreturn static void call_reap(pid_t cmd, int sp, uint64_t xid)
 {
   struct __user_cap_header_struct h = { _LINUX_CAPABILITY_VERSION_3, 0 };
   struct __user_cap_data_struct none[2] = { { 0 } };
-  pid_t cmd = fork(), pid;
+  pid_t pid;
   int status = 0, devnull;
 
-  if (cmd < 0)
-    _exit(125);
-  if (cmd == 0) {
-    close(sp);
-    return;
-  }
   /* the reaper needs nothing: no capabilities, no standard streams (the
    * exec's pipes end with the command); its name says what it is */
   prctl(PR_SET_NAME, "dsec-call", 0, 0, 0);
@@ -571,10 +573,32 @@ static void call_split(int sp)
     if (pid < 0 && errno != EINTR)
       _exit(125);
   }
-  if (write(sp, &status, sizeof status) != (ssize_t) sizeof status)
-    _exit(125);
+  if (sp >= 0) {
+    if (write(sp, &status, sizeof status) != (ssize_t) sizeof status)
+      _exit(125);
+  } else {
+    json_t *m = json_pack("{s:s, s:I, s:i}", "op", "status", "xid",
+                          (json_int_t) xid, "status", status);
+    if (!m || msg_send(3, m, NULL, 0) < 0)
+      _exit(125);
+  }
   _exit(0);
 }
+
+static void call_split(int sp)
+{
+  pid_t cmd = fork();
+
+  if (cmd < 0)
+    _exit(125);
+  if (cmd == 0) {
+    close(sp);
+    return;
+  }
+  call_reap(cmd, sp, 0);
+}
+
+static void call_mounts(struct init_ctx *c, const char *workdir);
 
 static void call_enter(struct init_ctx *c, const char *workdir, int *life)
 {
@@ -615,6 +639,14 @@ static void call_enter(struct init_ctx *c, const char *workdir, int *life)
     close(lp[1]);
   close(sp[0]);
   *life = lp[0];
+  call_mounts(c, workdir);
+  call_split(sp[1]);
+}
+
+/* A call's own /proc, /dev/shm, and for fncall /tmp and working
+ * directory, in its new mount namespace. */
+static void call_mounts(struct init_ctx *c, const char *workdir)
+{
   if (c->exclusive) {
     if (mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC,
               NULL) < 0)
@@ -629,10 +661,8 @@ static void call_enter(struct init_ctx *c, const char *workdir, int *life)
   if (mount("tmpfs", "/dev/shm", "tmpfs", MS_NOSUID | MS_NODEV,
             "mode=1777,size=67108864") < 0)
     goto fail;
-  if (c->exclusive) {
-    call_split(sp[1]);
+  if (c->exclusive)
     return;
-  }
   if (mount("tmpfs", "/tmp", "tmpfs", MS_NOSUID | MS_NODEV, c->tmp_size) < 0)
     goto fail;
   if (strcmp(workdir, "/") != 0 && strcmp(workdir, "/tmp") != 0 &&
@@ -645,7 +675,6 @@ static void call_enter(struct init_ctx *c, const char *workdir, int *life)
     }
     goto fail;
   }
-  call_split(sp[1]);
   return;
 fail:
   dprintf(STDERR_FILENO, "dsec: cannot prepare the call: %s\n",
@@ -685,15 +714,48 @@ struct exec_run {
   uint64_t xid;
   int life; /* the relay's pipe (call_enter), or -1 */
   uint32_t caps; /* kept (the sandbox's root copying files), else 0 */
+  const struct dsec_guest_exec *x;
 };
+
+/* The command of an fncall call, in a child of its reaper that shares
+ * the reaper's memory until it runs the command. */
+static int call_command(void *ud)
+{
+  struct exec_run *r = ud;
+  fncall_landlock(r->c);
+  dsec_guest_exec_finish(r->x);
+}
+
+/* An fncall call: init started us as PID 1 of the call's own pid, mount
+ * and IPC namespaces (init_spawn), so no relay stands between init and
+ * the call.  After the call's mounts the command is our child, started
+ * with CLONE_VM | CLONE_VFORK (nothing of our memory is copied; we wait
+ * until it runs the command, and have nothing else to do), and we stay
+ * its reaper; the command's status goes to the supervisor before we
+ * exit (call_reap). */
+_Noreturn static void call_run(struct exec_run *r, const char *cwd)
+{
+  pid_t cmd;
+
+  prctl(PR_SET_NAME, "dsec-call", 0, 0, 0);
+  call_mounts(r->c, cwd);
+  cmd = clone(call_command, r->c->stack, CLONE_VM | CLONE_VFORK | SIGCHLD, r);
+  if (cmd < 0) {
+    dprintf(STDERR_FILENO, "dsec: cannot start the call: %s\n",
+            strerror(errno));
+    _exit(125);
+  }
+  call_reap(cmd, -1, r->xid);
+}
 
 static void exec_enter(void *ud, const char *cwd)
 {
   struct exec_run *r = ud;
-  if (r->c->fncall || r->c->exclusive) {
+  if (r->c->exclusive) {
     call_enter(r->c, cwd, &r->life);
     fncall_landlock(r->c);
-  }
+  } else if (r->c->fncall)
+    call_run(r, cwd);
 }
 
 static void exec_drop(void *ud, uid_t uid, gid_t gid)
@@ -715,28 +777,112 @@ static void exec_last(void *ud)
   }
 }
 
-static void init_exec_child(struct init_ctx *c, json_t *req, int *fds)
+/* An exec's start as x (its argv and envp arrays are new: free them),
+ * with r its container steps. */
+static void exec_prepare(struct init_ctx *c, json_t *req, int *fds,
+                         struct exec_run *r, struct dsec_guest_exec *x)
 {
-  struct exec_run r = {
-    c, (uint64_t) json_integer_value(json_object_get(req, "xid")), -1, 0
+  *r = (struct exec_run){
+    c, (uint64_t) json_integer_value(json_object_get(req, "xid")), -1, 0, x
   };
   /* dsec's copies run as the sandbox's root with what a root's cp needs,
    * in the sandbox's user namespace only (no process of the sandbox can
    * trace a process with capabilities it lacks) */
   if (json_string_value(json_object_get(req, "builtin")))
-    r.caps = 1u << CAP_CHOWN | 1u << CAP_DAC_OVERRIDE |
-             1u << CAP_DAC_READ_SEARCH | 1u << CAP_FOWNER | 1u << CAP_FSETID;
-  struct dsec_guest_exec x = {
+    r->caps = 1u << CAP_CHOWN | 1u << CAP_DAC_OVERRIDE |
+              1u << CAP_DAC_READ_SEARCH | 1u << CAP_FOWNER | 1u << CAP_FSETID;
+  *x = (struct dsec_guest_exec){
     .fds = { fds[0], fds[1], fds[2] },
     /* init's socket, until the filter's listener is handed over */
     .keep = 3,
     .enter = exec_enter,
     .drop = exec_drop,
     .last = exec_last,
-    .ud = &r,
+    .ud = r,
   };
-  dsec_guest_exec_from(&x, req);
+  dsec_guest_exec_from(x, req);
+}
+
+static void init_exec_child(struct init_ctx *c, json_t *req, int *fds)
+{
+  struct exec_run r;
+  struct dsec_guest_exec x;
+  exec_prepare(c, req, fds, &r, &x);
   dsec_guest_exec(&x);
+}
+
+#define SPAWN_STACK (256u << 10)
+
+/* The top of the stack that children sharing our memory run on, made
+ * once (only its touched pages cost memory); NULL when it cannot be.  One
+ * is enough: such a child runs while we wait (CLONE_VFORK). */
+static char *spawn_stack(struct init_ctx *c)
+{
+  if (!c->stack) {
+    void *p = mmap(NULL, SPAWN_STACK, PROT_READ | PROT_WRITE,
+                   MAP_PRIVATE | MAP_ANONYMOUS | MAP_STACK | MAP_NORESERVE,
+                   -1, 0);
+    if (p == MAP_FAILED)
+      return NULL;
+    c->stack = (char *) p + SPAWN_STACK;
+  }
+  return c->stack;
+}
+
+static int spawn_child(void *x)
+{
+  dsec_guest_exec(x);
+}
+
+/* Starts an exec in a child of ours: its pid, or -1 with errno.
+ *
+ * A container's exec shares our memory until it runs its command
+ * (CLONE_VM | CLONE_VFORK): no copy of init's page tables and mappings
+ * (a fork of init is a copy of the supervisor's ~120 of them) and no
+ * copy-on-write faults after it, nor the teardown of that copy at its
+ * execve, which were most of what an exec cost.  We wait meanwhile, so
+ * nothing else runs on that memory; what the child allocates it frees
+ * before its execve, and its argv and envp are ours (freed here).  Not
+ * so for dsec's own copies (builtin: the copy runs in the child and would
+ * keep us waiting), nor where a process becomes user-dumpable when it
+ * changes credentials (fs.suid_dumpable=1): the child becomes the
+ * sandbox's user before its execve, and init's memory must never be open
+ * to the sandbox's processes.  (The supervisor keeps its messages to us
+ * from ever blocking it, see ctr_exec: the child's execve waits for the
+ * supervisor's answer to its seccomp notification while we wait for it.)
+ *
+ * An fncall call's child is PID 1 of a new pid, mount and IPC namespace
+ * (call_run), forked: it stays, as the call's reaper. */
+static pid_t init_spawn(struct init_ctx *c, json_t *req, int *fds)
+{
+  struct exec_run r;
+  struct dsec_guest_exec x;
+  char *stack = spawn_stack(c);
+  pid_t pid;
+  int e;
+
+  exec_prepare(c, req, fds, &r, &x);
+  if (c->fncall && !stack) {
+    errno = ENOMEM;
+    pid = -1;
+  } else if (c->fncall) {
+    pid = (pid_t) syscall(SYS_clone, CLONE_NEWNS | CLONE_NEWPID |
+                                       CLONE_NEWIPC | SIGCHLD,
+                          NULL, NULL, NULL, 0);
+    if (pid == 0)
+      dsec_guest_exec(&x);
+  } else if (stack && c->vfork_ok && !x.builtin)
+    pid = clone(spawn_child, stack, CLONE_VM | CLONE_VFORK | SIGCHLD, &x);
+  else {
+    pid = fork();
+    if (pid == 0)
+      dsec_guest_exec(&x);
+  }
+  e = errno;
+  free((void *) x.argv);
+  free((void *) x.envp);
+  errno = e;
+  return pid;
 }
 
 struct init_job {
@@ -824,9 +970,7 @@ _Noreturn static void init_loop(struct init_ctx *c)
           json_decref(m);
           pid = -2;
         } else
-          pid = fork();
-        if (pid == 0)
-          init_exec_child(c, req, fds);
+          pid = init_spawn(c, req, fds);
         if (pid == -2) {
           /* answered */
         } else if (pid < 0) {
@@ -923,6 +1067,21 @@ static int last_cap(void)
   return last;
 }
 
+/* fs.suid_dumpable: 1 makes a process that changes credentials
+ * user-dumpable (open to ptrace and /proc/PID/mem of its new user) until
+ * its execve; -1 when unknown. */
+static int suid_dumpable(void)
+{
+  int v = -1;
+  FILE *f = fopen("/proc/sys/fs/suid_dumpable", "re");
+  if (f) {
+    if (fscanf(f, "%d", &v) != 1)
+      v = -1;
+    fclose(f);
+  }
+  return v;
+}
+
 _Noreturn static void run_init(struct stage1_args *a)
 {
   struct init_ctx c = { .sock = a->sock, .fncall = a->fncall };
@@ -944,6 +1103,7 @@ _Noreturn static void run_init(struct stage1_args *a)
     fcntl(3, F_SETFD, FD_CLOEXEC);
   }
   c.last_cap = last_cap();
+  c.vfork_ok = suid_dumpable() != 1;
   c.tmp_size = xstrdup("mode=1777,size=268435456");
   if (dsec_seccomp_build(&c.filter, seccomp_flags(a->spec) | DSEC_SECCOMP_NOTIFY,
                          &err) < 0 ||
@@ -1066,9 +1226,13 @@ struct listener {
   json_t *seq; /* the exec's seq (owned), or NULL */
 };
 
+/* What our end of init's socket may hold (see init_backlogged). */
+#define INIT_SNDBUF (16 << 20)
+
 struct sup {
   struct dsec_engine *e;
   int isock;            /* init's control socket */
+  int isock_sndbuf;     /* its SO_SNDBUF, bytes */
   pid_t init_pid, stage1_pid;
   bool fncall;
   bool rootless;        /* not root: a user namespace of our own, no idmaps */
@@ -1106,6 +1270,8 @@ struct cjob {
   pid_t xpid;           /* an exclusive exec: its relay, our child (else 0) */
   int xsock;            /* ... and the socket its seccomp listener comes on */
   struct dsec_watch w_xsock;
+  bool told;            /* an fncall call's reaper gave its command's status */
+  int told_status;
 };
 
 static double now_ms(void) { return dsec_now_ms(); }
@@ -1219,6 +1385,20 @@ static void ctr_job_free(struct dsec_engine *e, struct dsec_job *j)
 static int xexec_spawn(struct sup *s, struct dsec_job *j, json_t *msg,
                        int fds[3], struct dsec_error **err);
 
+/* Our messages to init may take up s->isock_sndbuf bytes of its socket
+ * (INIT_SNDBUF where SO_SNDBUFFORCE is allowed); an exec is refused once
+ * half of that waits unread, so that kill messages always find room and
+ * we never block on init: an exec's child may wait for our answer to its
+ * seccomp notification while init waits for that child (init_spawn). */
+static int init_backlogged(struct sup *s)
+{
+  int queued = 0;
+  if (ioctl(s->isock, SIOCOUTQ, &queued) == 0 &&
+      queued > s->isock_sndbuf / 2)
+    return -1;
+  return 0;
+}
+
 /* An exec: a child of init (new session, the spec's user, no capabilities,
  * the seccomp filter) on pipes the engine reads; an exclusive one is
  * started beside the sandbox's pid namespace (xexec_spawn). */
@@ -1246,6 +1426,8 @@ static int ctr_exec(struct dsec_engine *e, struct dsec_job *j, json_t *msg,
     /* fncall calls are isolated from each other as it is */
     if (json_is_true(json_object_get(j->req, "exclusive")) && !s->fncall)
       r = xexec_spawn(s, j, msg, fds, err);
+    else if ((r = init_backlogged(s)) < 0)
+      dsec_fail(err, EAGAIN, "the sandbox's init is not keeping up");
     else if ((r = msg_send(s->isock, msg, fds, 3)) < 0)
       dsec_fail(err, errno, "cannot reach the sandbox's init");
   }
@@ -1293,8 +1475,20 @@ static void init_message(struct dsec_engine *e, void *p, uint32_t events)
     else
       close(fds[0]);
     nfds = 0;
+  } else if (op && j && cjob(j) && strcmp(op, "status") == 0) {
+    /* an fncall call's command ended (call_reap): its reaper's end, which
+     * init tells next, is the call's */
+    cjob(j)->told = true;
+    cjob(j)->told_status = (int) json_integer_value(json_object_get(m, "status"));
   } else if (op && j && strcmp(op, "exited") == 0) {
-    job_ended(s, j, (int) json_integer_value(json_object_get(m, "status")), NULL);
+    int status = (int) json_integer_value(json_object_get(m, "status"));
+    /* the status as the relay of an exclusive exec gives it: a signal's
+     * number, or the exit code */
+    if (cjob(j) && cjob(j)->told)
+      status = WIFSIGNALED(cjob(j)->told_status)
+                 ? WTERMSIG(cjob(j)->told_status)
+                 : cjob(j)->told_status;
+    job_ended(s, j, status, NULL);
   } else if (op && j && strcmp(op, "error") == 0) {
     job_ended(s, j, 0, json_string_value(json_object_get(m, "msg")) ?: "exec failed");
   }
@@ -2686,8 +2880,13 @@ static int start_stage1(struct sup *s, json_t *spec, struct dsec_error **err)
   if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, ip) < 0)
     return dsec_fail(err, errno, "cannot create the control channel");
   {
-    int sz = MSG_MAX + 4096;
-    setsockopt(ip[0], SOL_SOCKET, SO_SNDBUFFORCE, &sz, sizeof sz);
+    int sz = MSG_MAX + 4096, big = INIT_SNDBUF;
+    socklen_t len = sizeof s->isock_sndbuf;
+    /* (see init_backlogged; rootless, as much as we may) */
+    if (setsockopt(ip[0], SOL_SOCKET, SO_SNDBUFFORCE, &big, sizeof big) < 0)
+      setsockopt(ip[0], SOL_SOCKET, SO_SNDBUF, &big, sizeof big);
+    if (getsockopt(ip[0], SOL_SOCKET, SO_SNDBUF, &s->isock_sndbuf, &len) < 0)
+      s->isock_sndbuf = 2 * (MSG_MAX + 4096);
     setsockopt(ip[1], SOL_SOCKET, SO_SNDBUFFORCE, &sz, sizeof sz);
     setsockopt(ip[0], SOL_SOCKET, SO_RCVBUFFORCE, &sz, sizeof sz);
     setsockopt(ip[1], SOL_SOCKET, SO_RCVBUFFORCE, &sz, sizeof sz);

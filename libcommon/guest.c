@@ -392,6 +392,11 @@ _Noreturn void dsec_guest_exec(const struct dsec_guest_exec *x)
     _exit(DSEC_EXIT_INTERNAL);
   if (x->enter)
     x->enter(x->ud, x->cwd ? x->cwd : "/");
+  dsec_guest_exec_finish(x);
+}
+
+_Noreturn void dsec_guest_exec_finish(const struct dsec_guest_exec *x)
+{
   if (x->cwd && chdir(x->cwd) < 0) {
     dprintf(2, "dsec: cannot enter %s: %s\n", x->cwd, strerror(errno));
     _exit(DSEC_EXIT_CANNOT_EXEC);

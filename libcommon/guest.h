@@ -88,6 +88,10 @@ void dsec_guest_exec_from(struct dsec_guest_exec *x, json_t *msg);
 
 /* In a child that is to become the command: never returns. */
 _Noreturn void dsec_guest_exec(const struct dsec_guest_exec *x);
+/* What dsec_guest_exec does after x->enter: the working directory,
+ * x->drop, x->last and the command.  For an enter that goes on in another
+ * process (a child it starts on a stack of its own). */
+_Noreturn void dsec_guest_exec_finish(const struct dsec_guest_exec *x);
 
 /* The host's messages to the agent: a JSON header line, then stdin_len
  * bytes (0 to DSEC_GUEST_STDIN_MAX) of payload.  dsec_guest_next takes the
