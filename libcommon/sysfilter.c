@@ -207,6 +207,12 @@ int dsec_seccomp_build(struct dsec_bpf *out, unsigned flags,
     return dsec_fail(err, ENOMEM, "seccomp_init failed");
   /* 32-bit and x32 system calls are not in the filter's arch: killed */
   seccomp_attr_set(ctx, SCMP_FLTATR_ACT_BADARCH, SCMP_ACT_KILL_PROCESS);
+  /* a binary tree of the system calls instead of a list: every exec
+   * installs the filter, and the kernel then runs it for each system call
+   * number to build its cache of always-allowed calls (under a spin lock);
+   * down a list that is ~200 instructions per number, down the tree ~15
+   * (the install went from ~150 to ~95 us here) */
+  seccomp_attr_set(ctx, SCMP_FLTATR_CTL_OPTIMIZE, 2);
   for (const char *const *n = dsec_seccomp_denied; *n && r == 0; n++) {
     int nr = seccomp_syscall_resolve_name(*n);
     if (nr == __NR_SCMP_ERROR || nr < 0)
