@@ -549,19 +549,27 @@ static void drop_privileges(struct init_ctx *c, uid_t uid, gid_t gid,
  * gives its status to the relay (sp) and exits, and every process the
  * call left behind dies with the namespace.  Returns in the command. */
 /* The reaper's part: waits for the command (cmd) and leaves with its
- * status given to the relay (sp >= 0) or to the supervisor (on init's
- * socket at 3, for the exec xid: see init_message). */
+ * status given to the relay (sp >= 0), or to the supervisor (on init's
+ * socket at 3, for the exec xid: see init_message) once every other
+ * process of the call is gone: the supervisor answers the call on that
+ * message, as the relay's end told before that the call's processes
+ * died with its pid namespace. */
 _Noreturn static void call_reap(pid_t cmd, int sp, uint64_t xid)
 {
   struct __user_cap_header_struct h = { _LINUX_CAPABILITY_VERSION_3, 0 };
   struct __user_cap_data_struct none[2] = { { 0 } };
+  struct __user_cap_data_struct kill_only[2] = {
+    { 1u << CAP_KILL, 1u << CAP_KILL, 0 }
+  };
   pid_t pid;
   int status = 0, devnull;
 
-  /* the reaper needs nothing: no capabilities, no standard streams (the
-   * exec's pipes end with the command); its name says what it is */
+  /* the reaper needs nothing but to kill what the call leaves (its
+   * processes may be another user's): no other capability, no standard
+   * streams (the exec's pipes end with the command); its name says what
+   * it is */
   prctl(PR_SET_NAME, "dsec-call", 0, 0, 0);
-  syscall(SYS_capset, &h, none);
+  syscall(SYS_capset, &h, sp >= 0 ? none : kill_only);
   devnull = open("/dev/null", O_RDWR | O_CLOEXEC);
   for (int fd = 0; fd < 3; fd++)
     if (devnull >= 0)
@@ -577,8 +585,20 @@ _Noreturn static void call_reap(pid_t cmd, int sp, uint64_t xid)
     if (write(sp, &status, sizeof status) != (ssize_t) sizeof status)
       _exit(125);
   } else {
-    json_t *m = json_pack("{s:s, s:I, s:i}", "op", "status", "xid",
-                          (json_int_t) xid, "status", status);
+    json_t *m;
+    /* every process of the pid namespace but us, until none is left (a
+     * fork may race a round: another round takes its child) */
+    for (;;) {
+      kill(-1, SIGKILL);
+      pid = waitpid(-1, NULL, 0);
+      if (pid < 0 && errno == ECHILD)
+        break;
+      if (pid < 0 && errno != EINTR)
+        _exit(125);
+    }
+    syscall(SYS_capset, &h, none);
+    m = json_pack("{s:s, s:I, s:i}", "op", "status", "xid", (json_int_t) xid,
+                  "status", status);
     if (!m || msg_send(3, m, NULL, 0) < 0)
       _exit(125);
   }
@@ -1270,8 +1290,6 @@ struct cjob {
   pid_t xpid;           /* an exclusive exec: its relay, our child (else 0) */
   int xsock;            /* ... and the socket its seccomp listener comes on */
   struct dsec_watch w_xsock;
-  bool told;            /* an fncall call's reaper gave its command's status */
-  int told_status;
 };
 
 static double now_ms(void) { return dsec_now_ms(); }
@@ -1475,20 +1493,15 @@ static void init_message(struct dsec_engine *e, void *p, uint32_t events)
     else
       close(fds[0]);
     nfds = 0;
-  } else if (op && j && cjob(j) && strcmp(op, "status") == 0) {
-    /* an fncall call's command ended (call_reap): its reaper's end, which
-     * init tells next, is the call's */
-    cjob(j)->told = true;
-    cjob(j)->told_status = (int) json_integer_value(json_object_get(m, "status"));
-  } else if (op && j && strcmp(op, "exited") == 0) {
+  } else if (op && j && strcmp(op, "status") == 0) {
+    /* an fncall call's command ended, and every other process of the
+     * call is gone (call_reap): the call's end (init's "exited" for its
+     * reaper, which follows, finds no job).  The status as a relay gives
+     * it: a signal's number, or the exit code. */
     int status = (int) json_integer_value(json_object_get(m, "status"));
-    /* the status as the relay of an exclusive exec gives it: a signal's
-     * number, or the exit code */
-    if (cjob(j) && cjob(j)->told)
-      status = WIFSIGNALED(cjob(j)->told_status)
-                 ? WTERMSIG(cjob(j)->told_status)
-                 : cjob(j)->told_status;
-    job_ended(s, j, status, NULL);
+    job_ended(s, j, WIFSIGNALED(status) ? WTERMSIG(status) : status, NULL);
+  } else if (op && j && strcmp(op, "exited") == 0) {
+    job_ended(s, j, (int) json_integer_value(json_object_get(m, "status")), NULL);
   } else if (op && j && strcmp(op, "error") == 0) {
     job_ended(s, j, 0, json_string_value(json_object_get(m, "msg")) ?: "exec failed");
   }
