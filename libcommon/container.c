@@ -54,6 +54,7 @@
 #include <sys/mman.h>
 #include <sys/mount.h>
 #include <sys/prctl.h>
+#include <sys/random.h>
 #include <sys/resource.h>
 #include <sys/signalfd.h>
 #include <sys/socket.h>
@@ -135,11 +136,14 @@ static int msg_send(int sock, json_t *msg, const int *fds, int nfds)
   return 0;
 }
 
-/* Returns the message (new ref) and its descriptors; NULL on EOF/error. */
-static json_t *msg_recv(int sock, char *buf, size_t cap, int *fds, int *nfds)
+/* Returns the message (new ref) and its descriptors; NULL on EOF/error.
+ * *from (if not NULL): the sender's pid as we number it, where the
+ * socket passes credentials (SO_PASSCRED), else 0. */
+static json_t *msg_recv_from(int sock, char *buf, size_t cap, int *fds,
+                             int *nfds, pid_t *from)
 {
   union {
-    char b[CMSG_SPACE(3 * sizeof(int))];
+    char b[CMSG_SPACE(3 * sizeof(int)) + CMSG_SPACE(sizeof(struct ucred))];
     struct cmsghdr align;
   } u;
   struct iovec iov = { buf, cap - 1 };
@@ -148,13 +152,21 @@ static json_t *msg_recv(int sock, char *buf, size_t cap, int *fds, int *nfds)
   ssize_t n;
 
   *nfds = 0;
+  if (from)
+    *from = 0;
   do
     n = recvmsg(sock, &mh, MSG_CMSG_CLOEXEC);
   while (n < 0 && errno == EINTR);
   if (n <= 0)
     return NULL;
   for (struct cmsghdr *c = CMSG_FIRSTHDR(&mh); c; c = CMSG_NXTHDR(&mh, c))
-    if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS) {
+    if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_CREDENTIALS &&
+        c->cmsg_len >= CMSG_LEN(sizeof(struct ucred))) {
+      struct ucred uc;
+      memcpy(&uc, CMSG_DATA(c), sizeof uc);
+      if (from)
+        *from = uc.pid;
+    } else if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS) {
       int k = (int) ((c->cmsg_len - CMSG_LEN(0)) / sizeof(int));
       if (k > 3)
         k = 3;
@@ -163,6 +175,11 @@ static json_t *msg_recv(int sock, char *buf, size_t cap, int *fds, int *nfds)
     }
   buf[n] = '\0';
   return json_loadb(buf, (size_t) n, 0, NULL);
+}
+
+static json_t *msg_recv(int sock, char *buf, size_t cap, int *fds, int *nfds)
+{
+  return msg_recv_from(sock, buf, cap, fds, nfds, NULL);
 }
 
 /* ---- init */
@@ -179,6 +196,8 @@ struct init_ctx {
                     * planned again per call */
   bool exclusive;  /* an exclusive exec (the supervisor's child, not init's) */
   char *stack;     /* where a child that shares our memory runs (spawn_stack) */
+  uint64_t token;  /* the exec's own execve passes it (not notified: the
+                    * child tells its start, exec_started); 0: none */
   bool vfork_ok;   /* such a child may change its credentials (see
                     * init_spawn) */
 };
@@ -488,16 +507,22 @@ static void init_setup(struct init_ctx *c, json_t *spec)
  * supervisor over fd 3 (init's control socket, still open here): the
  * supervisor answers denied calls with their error and records them.
  * Without a listener (the kernel refuses one), denials fail silently. */
-static int install_filter(struct init_ctx *c, uint64_t xid)
+static int install_filter(struct init_ctx *c, uint64_t xid, bool *tells)
 {
   int lfd = dsec_seccomp_install(&c->filter, true);
+  *tells = false;
   if (lfd >= 0) {
     json_t *m = json_pack("{s:s, s:I}", "op", "listener", "xid",
                           (json_int_t) xid);
     int r = msg_send(3, m, &lfd, 1);
     json_decref(m);
     close(lfd);
-    close(3);
+    /* with a token, the socket stays until the execve (close-on-exec)
+     * for exec_started */
+    if (r == 0 && c->token)
+      *tells = true;
+    else
+      close(3);
     return r;
   }
   close(3);
@@ -505,7 +530,7 @@ static int install_filter(struct init_ctx *c, uint64_t xid)
 }
 
 static void drop_privileges(struct init_ctx *c, uid_t uid, gid_t gid,
-                            uint64_t xid, uint32_t keep)
+                            uint64_t xid, uint32_t keep, bool *tells)
 {
   struct __user_cap_header_struct h = { _LINUX_CAPABILITY_VERSION_3, 0 };
   struct __user_cap_data_struct d[2] = { { keep, keep, 0 } };
@@ -523,7 +548,7 @@ static void drop_privileges(struct init_ctx *c, uid_t uid, gid_t gid,
   }
   if (syscall(SYS_capset, &h, d) < 0 ||
       prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0 ||
-      install_filter(c, xid) < 0) {
+      install_filter(c, xid, tells) < 0) {
     dprintf(STDERR_FILENO, "dsec: cannot drop privileges: %s\n",
             strerror(errno));
     _exit(125);
@@ -735,6 +760,8 @@ struct exec_run {
   int life; /* the relay's pipe (call_enter), or -1 */
   uint32_t caps; /* kept (the sandbox's root copying files), else 0 */
   const struct dsec_guest_exec *x;
+  bool tells;    /* the listener is the supervisor's, and init's socket
+                  * (3) still open: exec_started */
 };
 
 /* The command of an fncall call, in a child of its reaper that shares
@@ -781,7 +808,28 @@ static void exec_enter(void *ud, const char *cwd)
 static void exec_drop(void *ud, uid_t uid, gid_t gid)
 {
   struct exec_run *r = ud;
-  drop_privileges(r->c, uid, gid, r->xid, uid == 0 ? r->caps : 0);
+  drop_privileges(r->c, uid, gid, r->xid, uid == 0 ? r->caps : 0, &r->tells);
+}
+
+/* Before each execve of the command (with the token, so not notified):
+ * the start the supervisor would have seen, told on init's socket; the
+ * supervisor takes our pid from the socket's credentials.  An exec whose
+ * start cannot be told does not start (as a notified execve fails when
+ * the listener is gone). */
+static void exec_started(void *ud, const char *path, char *const argv[])
+{
+  struct exec_run *r = ud;
+  json_t *m, *a;
+  if (!r->tells)
+    return;
+  a = json_array();
+  for (size_t i = 0; argv[i]; i++)
+    json_array_append_new(a, json_string(argv[i]) ?: json_null());
+  m = json_pack("{s:s, s:I, s:s, s:o}", "op", "started", "xid",
+                (json_int_t) r->xid, "path", path, "argv", a);
+  if (!m || msg_send(3, m, NULL, 0) < 0)
+    _exit(DSEC_EXIT_INTERNAL);
+  json_decref(m);
 }
 
 static void exec_last(void *ud)
@@ -819,6 +867,8 @@ static void exec_prepare(struct init_ctx *c, json_t *req, int *fds,
     .drop = exec_drop,
     .last = exec_last,
     .ud = r,
+    .token = c->token,
+    .started = c->token ? exec_started : NULL,
   };
   dsec_guest_exec_from(x, req);
 }
@@ -1125,8 +1175,15 @@ _Noreturn static void run_init(struct stage1_args *a)
   c.last_cap = last_cap();
   c.vfork_ok = suid_dumpable() != 1;
   c.tmp_size = xstrdup("mode=1777,size=268435456");
-  if (dsec_seccomp_build(&c.filter, seccomp_flags(a->spec) | DSEC_SECCOMP_NOTIFY,
-                         &err) < 0 ||
+  /* the exec's own start is told by its child (exec_started), not
+   * notified: a round trip to the supervisor less per exec.  A secret of
+   * init's, in no memory a process of the sandbox can read (ours and our
+   * children's until their execve are not dumpable) */
+  if (getrandom(&c.token, sizeof c.token, 0) != (ssize_t) sizeof c.token)
+    c.token = 0;
+  if (dsec_seccomp_build_token(&c.filter, seccomp_flags(a->spec) |
+                                            DSEC_SECCOMP_NOTIFY,
+                               c.token, &err) < 0 ||
       dsec_seccomp_build(&c.filter_plain, seccomp_flags(a->spec), &err) < 0)
     die_init(c.sock, "%s", err->msg);
   init_setup(&c, a->spec);
@@ -1297,6 +1354,8 @@ static double now_ms(void) { return dsec_now_ms(); }
 static int open_in_root(int rfd, const char *path, bool dir, uid_t base,
                         struct dsec_error **err);
 static void listener_add(struct sup *s, int fd, uint64_t xid);
+static void process_told(struct sup *s, struct dsec_job *j, json_t *m,
+                         pid_t pid);
 
 #define DENIALS_PER_SECOND 50
 
@@ -1470,7 +1529,8 @@ static void init_message(struct dsec_engine *e, void *p, uint32_t events)
 {
   struct sup *s = e->b;
   int fds[3], nfds;
-  json_t *m = msg_recv(s->isock, s->msgbuf, MSG_MAX, fds, &nfds);
+  pid_t from;
+  json_t *m = msg_recv_from(s->isock, s->msgbuf, MSG_MAX, fds, &nfds, &from);
   const char *op;
   struct dsec_job *j;
   (void) p, (void) events;
@@ -1493,6 +1553,8 @@ static void init_message(struct dsec_engine *e, void *p, uint32_t events)
     else
       close(fds[0]);
     nfds = 0;
+  } else if (op && j && strcmp(op, "started") == 0) {
+    process_told(s, j, m, from);
   } else if (op && j && strcmp(op, "status") == 0) {
     /* an fncall call's command ended, and every other process of the
      * call is gone (call_reap): the call's end (init's "exited" for its
@@ -1857,6 +1919,52 @@ static bool denial_admit(struct sup *s)
   return false;
 }
 
+/* Whether a program start at path is recorded (*first: the first of
+ * that path, never lost in a flood), or counted as suppressed. */
+static bool process_admit(struct sup *s, const char *path, double now,
+                          bool *first)
+{
+  if (now - s->process_window >= 1000)
+    flush_suppressed(s, now);
+  *first = path && dsec_audit_is_new(s->e->audit, DSEC_AUDIT_PROGRAM, path,
+                                     strlen(path));
+  if (!*first && s->processes_in_window++ >= PROCESSES_PER_SECOND) {
+    s->processes_suppressed++;
+    return false;
+  }
+  return true;
+}
+
+/* The "process" event (argv stolen). */
+static void process_event(struct sup *s, const char *path, json_t *argv,
+                          pid_t pid, json_t *seq, bool first)
+{
+  json_t *ev = json_pack("{s:s, s:o, s:o, s:i, s:O}", "type", "process",
+                         "path", path ? dsec_json_utf8(path, strlen(path))
+                                      : json_null(),
+                         "argv", argv, "pid", (int) pid, "seq",
+                         seq ? seq : json_null());
+  if (first)
+    dsec_engine_event_first(s->e, ev, DSEC_AUDIT_PROGRAM, path, strlen(path));
+  else
+    dsec_engine_event(s->e, ev);
+}
+
+/* An exec's own start, as its child tells it (exec_started): the pid
+ * is the socket's (the kernel's word, not the child's). */
+static void process_told(struct sup *s, struct dsec_job *j, json_t *m,
+                         pid_t pid)
+{
+  const char *path = json_string_value(json_object_get(m, "path"));
+  json_t *argv = json_object_get(m, "argv");
+  bool first;
+
+  if (!path || !json_is_array(argv) || pid <= 0 ||
+      !process_admit(s, path, now_ms(), &first))
+    return;
+  process_event(s, path, json_incref(argv), pid, j->seq, first);
+}
+
 static void process_started(struct sup *s, struct listener *l,
                             struct seccomp_notif *req,
                             struct seccomp_notif_resp *resp)
@@ -1891,29 +1999,14 @@ static void process_started(struct sup *s, struct listener *l,
       if (fd < 0 && e == ENOENT)
         goto answer; /* not counted: it will not run */
     }
-    if (now - s->process_window >= 1000)
-      flush_suppressed(s, now);
-    /* the first start of a program path is never lost in a flood */
-    first = path && dsec_audit_is_new(s->e->audit, DSEC_AUDIT_PROGRAM, path,
-                                      strlen(path));
-    if (!first && s->processes_in_window++ >= PROCESSES_PER_SECOND) {
-      s->processes_suppressed++;
+    if (!process_admit(s, path, now, &first))
       goto answer;
-    }
     argv = remote_argv(pid, req->data.args[at ? 2 : 1]);
     /* read before answering, and only trusted if the call is still the
      * same one (the process could have died and its pid be reused) */
-    if (seccomp_notify_id_valid(l->fd, req->id) == 0) {
-      json_t *ev = json_pack("{s:s, s:o, s:o, s:i, s:O}", "type", "process",
-                             "path", path ? dsec_json_utf8(path, strlen(path))
-                                          : json_null(),
-                             "argv", argv, "pid", (int) pid, "seq",
-                             l->seq ? l->seq : json_null());
-      if (first)
-        dsec_engine_event_first(s->e, ev, DSEC_AUDIT_PROGRAM, path, strlen(path));
-      else
-        dsec_engine_event(s->e, ev);
-    } else
+    if (seccomp_notify_id_valid(l->fd, req->id) == 0)
+      process_event(s, path, argv, pid, l->seq, first);
+    else
       json_decref(argv);
   }
 answer:
@@ -2900,6 +2993,8 @@ static int start_stage1(struct sup *s, json_t *spec, struct dsec_error **err)
       setsockopt(ip[0], SOL_SOCKET, SO_SNDBUF, &big, sizeof big);
     if (getsockopt(ip[0], SOL_SOCKET, SO_SNDBUF, &s->isock_sndbuf, &len) < 0)
       s->isock_sndbuf = 2 * (MSG_MAX + 4096);
+    /* each message with its sender's pid: an exec's start (process_told) */
+    setsockopt(ip[0], SOL_SOCKET, SO_PASSCRED, &(int){ 1 }, sizeof(int));
     setsockopt(ip[1], SOL_SOCKET, SO_SNDBUFFORCE, &sz, sizeof sz);
     setsockopt(ip[0], SOL_SOCKET, SO_RCVBUFFORCE, &sz, sizeof sz);
     setsockopt(ip[1], SOL_SOCKET, SO_RCVBUFFORCE, &sz, sizeof sz);

@@ -264,9 +264,22 @@ static int builtin(const struct dsec_guest_exec *x)
   return 0;
 }
 
+/* One execve of the command's, told first, with the token. */
+static void exec_one(const struct dsec_guest_exec *x, const char *path,
+                     char *const argv[], char *const envp[])
+{
+  if (!x->token) {
+    execve(path, argv, envp);
+    return;
+  }
+  if (x->started)
+    x->started(x->ud, path, argv);
+  syscall(SYS_execve, path, argv, envp, (unsigned long) x->token, 0UL, 0UL);
+}
+
 /* A script without #!: /bin/sh FILE ARGS..., as execvp runs it. */
-static void exec_script(const char *file, char *const argv[],
-                        char *const envp[])
+static void exec_script(const struct dsec_guest_exec *x, const char *file,
+                        char *const argv[], char *const envp[])
 {
   size_t n = 0;
   char **sh;
@@ -278,7 +291,7 @@ static void exec_script(const char *file, char *const argv[],
   sh[1] = (char *) file;
   for (size_t i = 1; i <= n; i++)
     sh[i + 1] = argv[i];
-  execve(sh[0], sh, envp);
+  exec_one(x, sh[0], sh, envp);
   errno = ENOEXEC;
 }
 
@@ -289,7 +302,8 @@ static void exec_script(const char *file, char *const argv[],
  * supervisor (seccomp notification, for the audit of program starts), so
  * a stat(2) skips the candidates that do not exist.  No allocation: it
  * runs in a child that shares its parent's memory. */
-static void exec_search(char *const argv[], char *const envp[])
+static void exec_search(const struct dsec_guest_exec *x, char *const argv[],
+                        char *const envp[])
 {
   const char *file = argv[0], *path = NULL, *p;
   size_t flen = strlen(file);
@@ -300,9 +314,14 @@ static void exec_search(char *const argv[], char *const envp[])
     return;
   }
   if (strchr(file, '/')) {
-    execve(file, argv, envp);
+    struct stat st;
+    /* (what execve would say, without a start to report) */
+    if (x->started && stat(file, &st) < 0 &&
+        (errno == ENOENT || errno == ENOTDIR))
+      return;
+    exec_one(x, file, argv, envp);
     if (errno == ENOEXEC)
-      exec_script(file, argv, envp);
+      exec_script(x, file, argv, envp);
     return;
   }
   for (char *const *e = envp; *e; e++)
@@ -333,11 +352,11 @@ static void exec_search(char *const argv[], char *const envp[])
       if (stat(cand, &st) < 0 && (errno == ENOENT || errno == ENOTDIR))
         errno = ENOENT;
       else {
-        execve(cand, argv, envp);
+        exec_one(x, cand, argv, envp);
         switch (errno) {
         case ENOEXEC:
           /* execvp's fallback: a script without #! goes to the shell */
-          exec_script(cand, argv, envp);
+          exec_script(x, cand, argv, envp);
           return;
         case EACCES:
           eacces = true;
@@ -414,7 +433,7 @@ _Noreturn void dsec_guest_exec_finish(const struct dsec_guest_exec *x)
   if (x->builtin)
     _exit(builtin(x));
   environ = (char **) x->envp;
-  exec_search(x->argv, (char *const *) x->envp);
+  exec_search(x, x->argv, (char *const *) x->envp);
   dprintf(2, "dsec: %s: %s\n", x->argv[0], strerror(errno));
   _exit(errno == ENOENT || errno == ENOTDIR ? DSEC_EXIT_NOT_FOUND
                                             : DSEC_EXIT_CANNOT_EXEC);

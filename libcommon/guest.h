@@ -14,6 +14,7 @@
 #define DSEC_GUEST_H
 
 #include <stdbool.h>
+#include <stdint.h>
 #include <stddef.h>
 #include <sys/types.h>
 
@@ -74,6 +75,11 @@ struct dsec_guest_exec {
    * the parent with dsec_guest_openpty): stdin, stdout and stderr, and
    * the controlling terminal; fds are then closed unused.  NULL: none. */
   const char *tty;
+  /* Non-zero: the fourth argument of the command's execve (see
+   * dsec_seccomp_build_token), and started (if set) is told of each
+   * execve of the command before it is made. */
+  uint64_t token;
+  void (*started)(void *ud, const char *path, char *const argv[]);
 };
 
 /* A pseudo-terminal for an exec: its master (close-on-exec, non-blocking)
