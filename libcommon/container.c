@@ -820,13 +820,21 @@ static void exec_started(void *ud, const char *path, char *const argv[])
 {
   struct exec_run *r = ud;
   json_t *m, *a;
+  size_t total = 0;
   if (!r->tells)
     return;
+  /* as much as the supervisor reads of a notified one (remote_argv): one
+   * argument and one byte more than the audit log keeps */
   a = json_array();
-  for (size_t i = 0; argv[i]; i++)
-    json_array_append_new(a, json_string(argv[i]) ?: json_null());
-  m = json_pack("{s:s, s:I, s:s, s:o}", "op", "started", "xid",
-                (json_int_t) r->xid, "path", path, "argv", a);
+  for (size_t i = 0; i <= DSEC_AUDIT_ARGV_MAX && argv[i] &&
+                     total <= DSEC_AUDIT_ARGV_BYTES; i++) {
+    size_t n = strnlen(argv[i], DSEC_AUDIT_ARG_MAX + 1);
+    total += n;
+    json_array_append_new(a, dsec_json_utf8(argv[i], n));
+  }
+  m = json_pack("{s:s, s:I, s:o, s:o}", "op", "started", "xid",
+                (json_int_t) r->xid, "path", dsec_json_utf8(path, strlen(path)),
+                "argv", a);
   if (!m || msg_send(3, m, NULL, 0) < 0)
     _exit(DSEC_EXIT_INTERNAL);
   json_decref(m);
