@@ -568,11 +568,6 @@ static void drop_privileges(struct init_ctx *c, uid_t uid, gid_t gid,
  * it gets a /proc of its own (masked like the sandbox's) and its own
  * /dev/shm, and shares the sandbox's files.  Its parent is outside the
  * sandbox: the exec dies with it (*life is what tells, see below). */
-/* PID 1 of a call's pid namespace: not the command (the kernel keeps
- * from PID 1 the signals it has no handler for, so `kill $$` would not
- * end it), but its reaper.  The command is its child; when it ends, PID 1
- * gives its status to the relay (sp) and exits, and every process the
- * call left behind dies with the namespace.  Returns in the command. */
 /* The reaper's part: waits for the command (cmd) and leaves with its
  * status given to the relay (sp >= 0), or to the supervisor (on init's
  * socket at 3, for the exec xid: see init_message) once every other
@@ -630,6 +625,11 @@ _Noreturn static void call_reap(pid_t cmd, int sp, uint64_t xid)
   _exit(0);
 }
 
+/* PID 1 of a call's pid namespace: not the command (the kernel keeps
+ * from PID 1 the signals it has no handler for, so `kill $$` would not
+ * end it), but its reaper.  The command is its child; when it ends, PID 1
+ * gives its status to the relay (sp) and exits, and every process the
+ * call left behind dies with the namespace.  Returns in the command. */
 static void call_split(int sp)
 {
   pid_t cmd = fork();
@@ -843,6 +843,11 @@ static void exec_started(void *ud, const char *path, char *const argv[])
 static void exec_last(void *ud)
 {
   struct exec_run *r = ud;
+  if (r->tells && r->x->builtin) {
+    /* a copy starts nothing: init's socket goes now */
+    close(3);
+    r->tells = false;
+  }
   if (r->life >= 0) {
     /* the parent-death signal goes with every change of credentials:
      * set now, then check the relay has not died already */
