@@ -200,6 +200,7 @@ struct init_ctx {
                     * child tells its start, exec_started); 0: none */
   bool vfork_ok;   /* such a child may change its credentials (see
                     * init_spawn) */
+  bool bset_dropped; /* our bounding set is empty: so is our children's */
 };
 
 /* Paths masked in /proc and /sys: files get /dev/null, directories an
@@ -535,8 +536,9 @@ static void drop_privileges(struct init_ctx *c, uid_t uid, gid_t gid,
   struct __user_cap_header_struct h = { _LINUX_CAPABILITY_VERSION_3, 0 };
   struct __user_cap_data_struct d[2] = { { keep, keep, 0 } };
 
-  for (int cap = 0; cap <= c->last_cap; cap++)
-    prctl(PR_CAPBSET_DROP, cap, 0, 0, 0);
+  if (!c->bset_dropped)
+    for (int cap = 0; cap <= c->last_cap; cap++)
+      prctl(PR_CAPBSET_DROP, cap, 0, 0, 0);
   prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0);
   /* rootless, setgroups is denied in the user namespace (EPERM) and the
    * supplementary groups are the host user's, unmapped */
@@ -1204,6 +1206,14 @@ _Noreturn static void run_init(struct stage1_args *a)
   init_landlock(&c, a->spec, ready);
   /* nothing in the sandbox may read init's memory or attach to it */
   prctl(PR_SET_DUMPABLE, 0);
+  /* the bounding set, which every exec empties, emptied once here for all
+   * of them (~40 prctl calls an exec less): init keeps the capabilities
+   * it has (the bounding set only caps what an execve grants), and its
+   * children inherit the empty set */
+  c.bset_dropped = true;
+  for (int cap = 0; cap <= c.last_cap; cap++)
+    if (prctl(PR_CAPBSET_DROP, cap, 0, 0, 0) < 0)
+      c.bset_dropped = false;
   {
     /* proxy mode: the proxy's port on the sandbox's own loopback, served by
      * the supervisor from outside through this socket */
