@@ -1470,11 +1470,12 @@ static void ctr_exec_done(struct dsec_engine *e, struct dsec_job *j, json_t *res
 static void ctr_job_free(struct dsec_engine *e, struct dsec_job *j)
 {
   struct cjob *c = cjob(j);
-  (void) e;
   if (!c)
     return;
-  if (c->xsock >= 0)
+  if (c->xsock >= 0) {
+    epoll_ctl(e->epfd, EPOLL_CTL_DEL, c->xsock, NULL);
     close(c->xsock);
+  }
   c->xsock = -1;
   c->w_xsock.dead = true;
   /* its watch may still be in this batch's events */
@@ -1813,6 +1814,8 @@ static void listener_close(struct sup *s, struct listener *l)
       s->listeners[i] = s->listeners[--s->nlisteners];
       break;
     }
+  /* out of the epoll set first: see close_watched (engine.c) */
+  epoll_ctl(s->e->epfd, EPOLL_CTL_DEL, l->fd, NULL);
   close(l->fd);
   l->w.dead = true;
   json_decref(l->seq);
