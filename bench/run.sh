@@ -447,7 +447,6 @@ helper run "$N_WARM" "$BH" nswrap true >/dev/null
 helper run "$N_CYCLE" "$BH" nswrap true >"$RES/wrap"
 WRAP=$(pct "$RES/wrap" 0.5)
 helper run 20 /bin/true >/dev/null
-helper run "$N_CALLS" /bin/true >"$RES/forkexec"
 
 # --------------------------------------------------- 1. create+exec+destroy
 if want 1; then
@@ -462,54 +461,46 @@ helper run "$N_WARM" "${BWRAP[@]}" >/dev/null
 helper run "$N_CYCLE" "${BWRAP[@]}" >"$RES/c1_bwrap"
 fi
 
-# stream_blocks OUT BASEOUT SB SBB: N_EXEC (N_CALLS for fncall, by OUT)
-# requests through `dsec-run exec ID --requests -`; with BENCH_BASE, in
-# ten blocks (one stream each) that alternate with the base build's
-stream_blocks() {
-  local out=$1 bout=$2 sb=$3 sbb=$4 n=$5 k
-  : >"$RES/$out.raw"
-  if [[ -n $BASE ]]; then
-    : >"$RES/$bout.raw"
-    for ((k = 0; k < 10; k++)); do
-      helper stream $(((n + 9) / 10)) "$DSEC" exec "$sb" --requests - >>"$RES/$out.raw"
-      helper stream $(((n + 9) / 10)) "$BASE/dsec-run" exec "$sbb" --requests - >>"$RES/$bout.raw"
-    done
-    grep -v '^total' "$RES/$bout.raw" >"$RES/$bout"
-  else
-    helper stream "$n" "$DSEC" exec "$sb" --requests - >"$RES/$out.raw"
-  fi
-  grep -v '^total' "$RES/$out.raw" >"$RES/$out"
-}
-
 # ------------------------------------------------------------- 2. exec
 if want 2; then
 log "2. exec of true into a running sandbox, $N_EXEC each"
+# every runner in ten blocks, one after the other in each block, so that
+# the machine's load changes weigh on all of them alike: dsec-run exec (a
+# process per exec), one --requests stream per block, nsenter into a crun
+# container, and with BENCH_BASE the base build's two into a sandbox of
+# its own (its supervisor)
 SB=$("$DSEC" create --image "$IMAGE" | jq -er .id)
 helper run "$N_WARM" "$DSEC" exec "$SB" -- true >/dev/null
+helper stream 20 "$DSEC" exec "$SB" --requests - >/dev/null
+SBB=
 if [[ -n $BASE ]]; then
-  # the base build's own sandbox (its supervisor), measured in blocks
-  # that alternate with this build's, so that the machine's load changes
-  # weigh on both alike
   SBB=$("$BASE/dsec-run" create --image "$IMAGE" | jq -er .id)
   helper run "$N_WARM" "$BASE/dsec-run" exec "$SBB" -- true >/dev/null
-  : >"$RES/c2_dsec"
-  : >"$RES/c2_base"
-  for ((k = 0; k < 10; k++)); do
-    helper run $(((N_EXEC + 9) / 10)) "$DSEC" exec "$SB" -- true >>"$RES/c2_dsec"
-    helper run $(((N_EXEC + 9) / 10)) "$BASE/dsec-run" exec "$SBB" -- true >>"$RES/c2_base"
-  done
-else
-  helper run "$N_EXEC" "$DSEC" exec "$SB" -- true >"$RES/c2_dsec"
+  helper stream 20 "$BASE/dsec-run" exec "$SBB" --requests - >/dev/null
 fi
-# the exec path without a dsec-run process per exec: one stream
-helper stream 20 "$DSEC" exec "$SB" --requests - >/dev/null
-[[ -n $BASE ]] && helper stream 20 "$BASE/dsec-run" exec "$SBB" --requests - >/dev/null
-stream_blocks c2s_dsec c2s_base "$SB" "${SBB:-}" "$N_EXEC"
-[[ -n $BASE ]] && "$BASE/dsec-run" rm --force "$SBB" >/dev/null
-"$DSEC" rm --force "$SB" >/dev/null
 CTR=${CPFX}exec
 crunw run -d -b "$WORK/bundle-sleep" "$CTR" >/dev/null </dev/null
 CPID=$(crun --root "$CRUN_ROOT" state "$CTR" | jq -er .pid)
+helper run "$N_WARM" nsenter -t "$CPID" -a true >/dev/null
+: >"$RES/c2_dsec"
+: >"$RES/c2_base"
+: >"$RES/c2s_dsec.raw"
+: >"$RES/c2s_base.raw"
+: >"$RES/c2_nsenter"
+nb=$(((N_EXEC + 9) / 10))
+for ((k = 0; k < 10; k++)); do
+  helper stream "$nb" "$DSEC" exec "$SB" --requests - >>"$RES/c2s_dsec.raw"
+  helper run "$nb" nsenter -t "$CPID" -a true >>"$RES/c2_nsenter"
+  helper run "$nb" "$DSEC" exec "$SB" -- true >>"$RES/c2_dsec"
+  if [[ -n $BASE ]]; then
+    helper stream "$nb" "$BASE/dsec-run" exec "$SBB" --requests - >>"$RES/c2s_base.raw"
+    helper run "$nb" "$BASE/dsec-run" exec "$SBB" -- true >>"$RES/c2_base"
+  fi
+done
+grep -v '^total' "$RES/c2s_dsec.raw" >"$RES/c2s_dsec"
+grep -v '^total' "$RES/c2s_base.raw" >"$RES/c2s_base"
+[[ -n $BASE ]] && "$BASE/dsec-run" rm --force "$SBB" >/dev/null
+"$DSEC" rm --force "$SB" >/dev/null
 # crun exec joins the container's existing cgroups and works without the
 # wrapper here; when it does not, it runs wrapped and the wrapper's median
 # is taken off
@@ -523,14 +514,15 @@ else
   helper run "$N_EXEC" "$BH" nswrap crun --root "$CRUN_ROOT" exec "$CTR" true >"$RES/c2_crun_raw"
   net "$RES/c2_crun_raw" "$RES/c2_crun" "$WRAP"
 fi
-helper run "$N_WARM" nsenter -t "$CPID" -a true >/dev/null
-helper run "$N_EXEC" nsenter -t "$CPID" -a true >"$RES/c2_nsenter"
 crunw delete -f "$CTR" >/dev/null 2>&1 || true
 fi
 
 # ----------------------------------------------------------- 3. fncall
 if want 3; then
-log "3. $N_CALLS fncall calls of true through one --requests stream"
+log "3. $N_CALLS fncall calls of true through --requests streams"
+# in ten blocks, as case 2: a stream of this build, bare fork+execs, and
+# with BENCH_BASE a stream of the base build into an fncall sandbox of its
+# own
 FSB=$("$DSEC" create --backend fncall --image "$IMAGE" | jq -er .id)
 helper stream 20 "$DSEC" exec "$FSB" --requests - >/dev/null
 FSBB=
@@ -538,7 +530,17 @@ if [[ -n $BASE ]]; then
   FSBB=$("$BASE/dsec-run" create --backend fncall --image "$IMAGE" | jq -er .id)
   helper stream 20 "$BASE/dsec-run" exec "$FSBB" --requests - >/dev/null
 fi
-stream_blocks c3_fncall c3_base "$FSB" "$FSBB" "$N_CALLS"
+: >"$RES/c3_fncall.raw"
+: >"$RES/c3_base.raw"
+: >"$RES/c3_forkexec"
+nb=$(((N_CALLS + 9) / 10))
+for ((k = 0; k < 10; k++)); do
+  helper stream "$nb" "$DSEC" exec "$FSB" --requests - >>"$RES/c3_fncall.raw"
+  helper run "$nb" /bin/true >>"$RES/c3_forkexec"
+  [[ -n $BASE ]] && helper stream "$nb" "$BASE/dsec-run" exec "$FSBB" --requests - >>"$RES/c3_base.raw"
+done
+grep -v '^total' "$RES/c3_fncall.raw" >"$RES/c3_fncall"
+grep -v '^total' "$RES/c3_base.raw" >"$RES/c3_base"
 # calls/s: the calls over the streams' own totals
 C3_TOTAL=$(awk '$1 == "total" { t += $2 } END { print t }' "$RES/c3_fncall.raw")
 [[ -n $BASE ]] && "$BASE/dsec-run" rm --force "$FSBB" >/dev/null
@@ -635,7 +637,8 @@ row() {
 C3_RATE=0
 want 3 && C3_RATE=$(awk -v n="$(wc -l <"$RES/c3_fncall")" -v t="$C3_TOTAL" \
   'BEGIN { printf("%.0f", t > 0 ? n / (t / 1e6) : 0) }')
-FE_RATE=$(awk -v m="$(mean "$RES/forkexec")" 'BEGIN { printf("%.0f", 1e6 / m) }')
+FE_RATE=0
+want 3 && FE_RATE=$(awk -v m="$(mean "$RES/c3_forkexec")" 'BEGIN { printf("%.0f", 1e6 / m) }')
 
 {
   printf 'case\trunner\tp50\tp99\tdsec/peer p50\tdsec/peer p99\ttarget\n'
@@ -658,7 +661,7 @@ FE_RATE=$(awk -v m="$(mean "$RES/forkexec")" 'BEGIN { printf("%.0f", 1e6 / m) }'
   fi
   if want 3; then
     row "3 fncall x$N_CALLS" "one --requests stream: $C3_RATE calls/s" c3_fncall
-    row "3 fncall" "bare fork+execve+waitpid: $FE_RATE /s" forkexec c3_fncall 1.3
+    row "3 fncall" "bare fork+execve+waitpid: $FE_RATE /s" c3_forkexec c3_fncall 1.3
     [[ -n $BASE ]] && row "3 fncall" "one stream, BENCH_BASE build ($BASE_BUILD)" c3_base c3_fncall
   fi
   if want 4; then
@@ -686,7 +689,8 @@ echo "load average at start / end: $LOAD0 / $(cut -d' ' -f1-3 /proc/loadavg) (ot
 echo "memory column: p50 is the mean per sandbox; 'dsec/peer' divides dsec by the crun row."
 echo "crun runs inside nswrap; 'net of wrapper' rows subtract the wrapper's p50 ($(ms "$WRAP"))."
 want 5 && echo "case 5 over $n_mem sandboxes: memcg usage sum $(kib "$mem_sum"), PSS sum $(kib "$pss_sum")."
-want 3 && echo "fncall: $N_CALLS calls in $(ms "$C3_TOTAL") (dsec-run exec --requests -, one stream$([[ -n $BASE ]] && echo " per block of ten that alternate with BENCH_BASE's"))."
+want 3 && echo "fncall: $N_CALLS calls in $(ms "$C3_TOTAL") (dsec-run exec --requests -, ten streams)."
+echo "cases 2 and 3: every runner in ten blocks that alternate, so that the load weighs on all alike."
 [[ -n $BASE ]] && echo "BENCH_BASE: $BASE_BUILD, its own sandboxes, in blocks alternating with this build's."
 if command -v column >/dev/null; then
   column -t -s $'\t' "$WORK/table"
