@@ -2,7 +2,8 @@
 # bench/run.sh: how fast dsec-run creates, runs and removes sandboxes, next
 # to crun, bubblewrap and nsenter on the same busybox rootfs, in one run:
 #   1. create + exec `true` + destroy   (dsec-run run --rm | crun run | bwrap)
-#   2. exec `true` in a running sandbox (dsec-run exec | crun exec | nsenter)
+#   2. exec `true` in a running sandbox (dsec-run exec, and one --requests
+#      stream | crun exec | nsenter)
 #   3. fncall calls per second          (one --requests stream | bare fork+exec)
 #   4. 64-way burst of creates          (dsec-run create | crun run -d)
 #   5. memory per idle sandbox          (200 dsec sandboxes | idle crun)
@@ -27,6 +28,7 @@ N_IDLE=${BENCH_IDLE:-200}
 N_CRUN_IDLE=${BENCH_CRUN_IDLE:-5}
 N_WARM=${BENCH_WARMUP:-3}
 KEEP=${BENCH_KEEP:-0}
+CASES=${BENCH_CASES:-1 2 3 4 5}
 
 log() { printf '%s: %s\n' "$prog" "$*" >&2; }
 die() { log "$*"; exit 1; }
@@ -35,6 +37,9 @@ for v in N_CYCLE N_EXEC N_CALLS N_BURST N_IDLE N_CRUN_IDLE; do
   [[ ${!v} =~ ^[1-9][0-9]*$ ]] || die "$v must be a positive integer"
 done
 [[ $N_WARM =~ ^[0-9]+$ ]] || die "BENCH_WARMUP must be a number"
+[[ $CASES =~ ^[1-5\ ]+$ ]] || die "BENCH_CASES is a list of case numbers (1 to 5)"
+# want N: case N is to be run (BENCH_CASES)
+want() { [[ " $CASES " == *" $1 "* ]]; }
 [[ $(id -u) -eq 0 ]] || die "needs root (dsec-run, crun, cgroups); run: sudo $0"
 for b in dsec-run dsec-pull; do
   [[ -x $BIN/$b ]] || die "$BIN/$b not found: build dsec first (or set DSEC_BIN)"
@@ -442,9 +447,9 @@ helper run "$N_WARM" "$BH" nswrap true >/dev/null
 helper run "$N_CYCLE" "$BH" nswrap true >"$RES/wrap"
 WRAP=$(pct "$RES/wrap" 0.5)
 helper run 20 /bin/true >/dev/null
-helper run "$N_CALLS" /bin/true >"$RES/forkexec"
 
 # --------------------------------------------------- 1. create+exec+destroy
+if want 1; then
 log "1. create+exec+destroy of true, $N_CYCLE cycles each"
 helper run "$N_WARM" "$DSEC" run --rm --image "$IMAGE" -- true >/dev/null
 helper run "$N_CYCLE" "$DSEC" run --rm --image "$IMAGE" -- true >"$RES/c1_dsec"
@@ -454,31 +459,48 @@ net "$RES/c1_crun_raw" "$RES/c1_crun" "$WRAP"
 BWRAP=(bwrap --unshare-all --ro-bind "$ROOTFS" / --proc /proc --dev /dev true)
 helper run "$N_WARM" "${BWRAP[@]}" >/dev/null
 helper run "$N_CYCLE" "${BWRAP[@]}" >"$RES/c1_bwrap"
+fi
 
 # ------------------------------------------------------------- 2. exec
+if want 2; then
 log "2. exec of true into a running sandbox, $N_EXEC each"
+# every runner in ten blocks, one after the other in each block, so that
+# the machine's load changes weigh on all of them alike: dsec-run exec (a
+# process per exec), one --requests stream per block, nsenter into a crun
+# container, and with BENCH_BASE the base build's two into a sandbox of
+# its own (its supervisor)
 SB=$("$DSEC" create --image "$IMAGE" | jq -er .id)
 helper run "$N_WARM" "$DSEC" exec "$SB" -- true >/dev/null
+helper stream 20 "$DSEC" exec "$SB" --requests - >/dev/null
+SBB=
 if [[ -n $BASE ]]; then
-  # the base build's own sandbox (its supervisor), measured in blocks
-  # that alternate with this build's, so that the machine's load changes
-  # weigh on both alike
   SBB=$("$BASE/dsec-run" create --image "$IMAGE" | jq -er .id)
   helper run "$N_WARM" "$BASE/dsec-run" exec "$SBB" -- true >/dev/null
-  : >"$RES/c2_dsec"
-  : >"$RES/c2_base"
-  for ((k = 0; k < 10; k++)); do
-    helper run $(((N_EXEC + 9) / 10)) "$DSEC" exec "$SB" -- true >>"$RES/c2_dsec"
-    helper run $(((N_EXEC + 9) / 10)) "$BASE/dsec-run" exec "$SBB" -- true >>"$RES/c2_base"
-  done
-  "$BASE/dsec-run" rm --force "$SBB" >/dev/null
-else
-  helper run "$N_EXEC" "$DSEC" exec "$SB" -- true >"$RES/c2_dsec"
+  helper stream 20 "$BASE/dsec-run" exec "$SBB" --requests - >/dev/null
 fi
-"$DSEC" rm --force "$SB" >/dev/null
 CTR=${CPFX}exec
 crunw run -d -b "$WORK/bundle-sleep" "$CTR" >/dev/null </dev/null
 CPID=$(crun --root "$CRUN_ROOT" state "$CTR" | jq -er .pid)
+helper run "$N_WARM" nsenter -t "$CPID" -a true >/dev/null
+: >"$RES/c2_dsec"
+: >"$RES/c2_base"
+: >"$RES/c2s_dsec.raw"
+: >"$RES/c2s_base.raw"
+: >"$RES/c2_nsenter"
+nb=$(((N_EXEC + 9) / 10))
+for ((k = 0; k < 10; k++)); do
+  helper stream "$nb" "$DSEC" exec "$SB" --requests - >>"$RES/c2s_dsec.raw"
+  helper run "$nb" nsenter -t "$CPID" -a true >>"$RES/c2_nsenter"
+  helper run "$nb" "$DSEC" exec "$SB" -- true >>"$RES/c2_dsec"
+  if [[ -n $BASE ]]; then
+    helper stream "$nb" "$BASE/dsec-run" exec "$SBB" --requests - >>"$RES/c2s_base.raw"
+    helper run "$nb" "$BASE/dsec-run" exec "$SBB" -- true >>"$RES/c2_base"
+  fi
+done
+grep -v '^total' "$RES/c2s_dsec.raw" >"$RES/c2s_dsec"
+grep -v '^total' "$RES/c2s_base.raw" >"$RES/c2s_base"
+[[ -n $BASE ]] && "$BASE/dsec-run" rm --force "$SBB" >/dev/null
+"$DSEC" rm --force "$SB" >/dev/null
 # crun exec joins the container's existing cgroups and works without the
 # wrapper here; when it does not, it runs wrapped and the wrapper's median
 # is taken off
@@ -492,19 +514,41 @@ else
   helper run "$N_EXEC" "$BH" nswrap crun --root "$CRUN_ROOT" exec "$CTR" true >"$RES/c2_crun_raw"
   net "$RES/c2_crun_raw" "$RES/c2_crun" "$WRAP"
 fi
-helper run "$N_WARM" nsenter -t "$CPID" -a true >/dev/null
-helper run "$N_EXEC" nsenter -t "$CPID" -a true >"$RES/c2_nsenter"
+crunw delete -f "$CTR" >/dev/null 2>&1 || true
+fi
 
 # ----------------------------------------------------------- 3. fncall
-log "3. $N_CALLS fncall calls of true through one --requests stream"
+if want 3; then
+log "3. $N_CALLS fncall calls of true through --requests streams"
+# in ten blocks, as case 2: a stream of this build, bare fork+execs, and
+# with BENCH_BASE a stream of the base build into an fncall sandbox of its
+# own
 FSB=$("$DSEC" create --backend fncall --image "$IMAGE" | jq -er .id)
 helper stream 20 "$DSEC" exec "$FSB" --requests - >/dev/null
-helper stream "$N_CALLS" "$DSEC" exec "$FSB" --requests - >"$RES/c3_raw"
-grep -v '^total' "$RES/c3_raw" >"$RES/c3_fncall"
-C3_TOTAL=$(awk '$1 == "total" { print $2 }' "$RES/c3_raw")
+FSBB=
+if [[ -n $BASE ]]; then
+  FSBB=$("$BASE/dsec-run" create --backend fncall --image "$IMAGE" | jq -er .id)
+  helper stream 20 "$BASE/dsec-run" exec "$FSBB" --requests - >/dev/null
+fi
+: >"$RES/c3_fncall.raw"
+: >"$RES/c3_base.raw"
+: >"$RES/c3_forkexec"
+nb=$(((N_CALLS + 9) / 10))
+for ((k = 0; k < 10; k++)); do
+  helper stream "$nb" "$DSEC" exec "$FSB" --requests - >>"$RES/c3_fncall.raw"
+  helper run "$nb" /bin/true >>"$RES/c3_forkexec"
+  [[ -n $BASE ]] && helper stream "$nb" "$BASE/dsec-run" exec "$FSBB" --requests - >>"$RES/c3_base.raw"
+done
+grep -v '^total' "$RES/c3_fncall.raw" >"$RES/c3_fncall"
+grep -v '^total' "$RES/c3_base.raw" >"$RES/c3_base"
+# calls/s: the calls over the streams' own totals
+C3_TOTAL=$(awk '$1 == "total" { t += $2 } END { print t }' "$RES/c3_fncall.raw")
+[[ -n $BASE ]] && "$BASE/dsec-run" rm --force "$FSBB" >/dev/null
 "$DSEC" rm --force "$FSB" >/dev/null
+fi
 
 # ------------------------------------------------------------- 4. burst
+if want 4; then
 log "4. $N_BURST concurrent creates, dsec-run create and crun run -d"
 mkdir -p "$WORK/burst-dsec" "$WORK/burst-crun"
 helper burst "$N_BURST" "$WORK/burst-dsec" "$DSEC" create --image "$IMAGE" \
@@ -522,8 +566,11 @@ C4_CRUN_FAIL=$(awk '$3 != 0' "$RES/c4_crun_raw" | wc -l)
 for ((i = 0; i < N_BURST; i++)); do
   crunw delete -f "${CPFX}b$i" >/dev/null 2>&1 || true
 done
+fi
 
 # ------------------------------------------------------------ 5. memory
+n_mem=0 mem_sum=0 pss_sum=0
+if want 5; then
 log "5. memory: $N_IDLE idle dsec sandboxes, $N_CRUN_IDLE idle crun containers"
 : >"$WORK/idle-ids"
 for ((i = 0; i < N_IDLE; i++)); do
@@ -567,7 +614,7 @@ C5_CRUN_PSS=$((crun_pss / N_CRUN_IDLE))
 for ((i = 0; i < N_CRUN_IDLE; i++)); do
   crunw delete -f "${CPFX}i$i" >/dev/null 2>&1 || true
 done
-crunw delete -f "$CTR" >/dev/null 2>&1 || true
+fi
 
 # ------------------------------------------------------------ the table
 p50() { pct "$RES/$1" 0.5; }
@@ -587,32 +634,51 @@ row() {
   printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$1" "$2" "$(ms "$a50")" "$(ms "$a99")" "$r50" "$r99" "$t"
 }
 
-C3_RATE=$(awk -v n="$N_CALLS" -v t="$C3_TOTAL" 'BEGIN { printf("%.0f", n / (t / 1e6)) }')
-FE_RATE=$(awk -v m="$(mean "$RES/forkexec")" 'BEGIN { printf("%.0f", 1e6 / m) }')
+C3_RATE=0
+want 3 && C3_RATE=$(awk -v n="$(wc -l <"$RES/c3_fncall")" -v t="$C3_TOTAL" \
+  'BEGIN { printf("%.0f", t > 0 ? n / (t / 1e6) : 0) }')
+FE_RATE=0
+want 3 && FE_RATE=$(awk -v m="$(mean "$RES/c3_forkexec")" 'BEGIN { printf("%.0f", 1e6 / m) }')
 
 {
   printf 'case\trunner\tp50\tp99\tdsec/peer p50\tdsec/peer p99\ttarget\n'
   row "0 wrapper" "nswrap true (unshare -m + tmpfs)" wrap
-  row "1 cycle x$N_CYCLE" "dsec-run run --rm -- true" c1_dsec
-  row "1 cycle" "bwrap --unshare-all true" c1_bwrap c1_dsec 1.0
-  row "1 cycle" "crun run (net of wrapper)" c1_crun c1_dsec
-  row "2 exec x$N_EXEC" "dsec-run exec ID -- true" c2_dsec
-  row "2 exec" "$CRUN_EXEC_NOTE" c2_crun c2_dsec 0.25
-  row "2 exec" "nsenter -t PID -a true" c2_nsenter c2_dsec
-  [[ -n $BASE ]] && row "2 exec" "dsec-run exec, BENCH_BASE build ($BASE_BUILD)" c2_base c2_dsec
-  row "3 fncall x$N_CALLS" "one --requests stream: $C3_RATE calls/s" c3_fncall
-  row "3 fncall" "bare fork+execve+waitpid: $FE_RATE /s" forkexec c3_fncall 1.3
-  row "4 burst x$N_BURST" "dsec-run create ($C4_DSEC_FAIL failed)" c4_dsec
-  row "4 burst" "crun run -d, net of wrapper ($C4_CRUN_FAIL failed)" c4_crun c4_dsec
-  printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "5 idle x$N_IDLE" "dsec memcg usage / sandbox" \
-    "$(kib "$C5_MEMCG")" - "$(ratio "$C5_MEMCG" "$C5_CRUN")" - \
-    "<= 1 MiB: $(verdict "$C5_MEMCG" 1048576)"
-  printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "5 idle" \
-    "dsec PSS supervisor+init / sandbox ($(kib "$C5_PSS_SUP") + $(kib "$C5_PSS_INIT"))" \
-    "$(kib "$C5_PSS")" - "$(ratio "$C5_PSS" "$C5_CRUN_PSS")" - \
-    "<= 1 MiB: $(verdict "$C5_PSS" 1048576)"
-  printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "5 idle x$N_CRUN_IDLE" \
-    "crun sleep infinity: memcg (PSS $(kib "$C5_CRUN_PSS"))" "$(kib "$C5_CRUN")" - - - -
+  if want 1; then
+    row "1 cycle x$N_CYCLE" "dsec-run run --rm -- true" c1_dsec
+    row "1 cycle" "bwrap --unshare-all true" c1_bwrap c1_dsec 1.0
+    row "1 cycle" "crun run (net of wrapper)" c1_crun c1_dsec
+  fi
+  if want 2; then
+    row "2 exec x$N_EXEC" "one --requests stream: exec ID true" c2s_dsec
+    row "2 exec" "nsenter -t PID -a true" c2_nsenter c2s_dsec 0.6
+    row "2 exec" "dsec-run exec ID -- true (a process per exec)" c2_dsec
+    row "2 exec" "nsenter (vs a dsec-run process per exec)" c2_nsenter c2_dsec
+    row "2 exec" "$CRUN_EXEC_NOTE" c2_crun c2_dsec
+    if [[ -n $BASE ]]; then
+      row "2 exec" "one stream, BENCH_BASE build ($BASE_BUILD)" c2s_base c2s_dsec
+      row "2 exec" "dsec-run exec, BENCH_BASE build ($BASE_BUILD)" c2_base c2_dsec
+    fi
+  fi
+  if want 3; then
+    row "3 fncall x$N_CALLS" "one --requests stream: $C3_RATE calls/s" c3_fncall
+    row "3 fncall" "bare fork+execve+waitpid: $FE_RATE /s" c3_forkexec c3_fncall 1.3
+    [[ -n $BASE ]] && row "3 fncall" "one stream, BENCH_BASE build ($BASE_BUILD)" c3_base c3_fncall
+  fi
+  if want 4; then
+    row "4 burst x$N_BURST" "dsec-run create ($C4_DSEC_FAIL failed)" c4_dsec
+    row "4 burst" "crun run -d, net of wrapper ($C4_CRUN_FAIL failed)" c4_crun c4_dsec
+  fi
+  if want 5; then
+    printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "5 idle x$N_IDLE" "dsec memcg usage / sandbox" \
+      "$(kib "$C5_MEMCG")" - "$(ratio "$C5_MEMCG" "$C5_CRUN")" - \
+      "<= 1 MiB: $(verdict "$C5_MEMCG" 1048576)"
+    printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "5 idle" \
+      "dsec PSS supervisor+init / sandbox ($(kib "$C5_PSS_SUP") + $(kib "$C5_PSS_INIT"))" \
+      "$(kib "$C5_PSS")" - "$(ratio "$C5_PSS" "$C5_CRUN_PSS")" - \
+      "<= 1 MiB: $(verdict "$C5_PSS" 1048576)"
+    printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "5 idle x$N_CRUN_IDLE" \
+      "crun sleep infinity: memcg (PSS $(kib "$C5_CRUN_PSS"))" "$(kib "$C5_CRUN")" - - - -
+  fi
 } >"$WORK/table"
 
 echo
@@ -622,8 +688,10 @@ echo "dsec-run built $BUILD"
 echo "load average at start / end: $LOAD0 / $(cut -d' ' -f1-3 /proc/loadavg) (other work on the machine makes p99 noisy)"
 echo "memory column: p50 is the mean per sandbox; 'dsec/peer' divides dsec by the crun row."
 echo "crun runs inside nswrap; 'net of wrapper' rows subtract the wrapper's p50 ($(ms "$WRAP"))."
-echo "case 5 over $n_mem sandboxes: memcg usage sum $(kib "$mem_sum"), PSS sum $(kib "$pss_sum");" \
-  "fncall: $N_CALLS calls in $(ms "$C3_TOTAL") (one dsec-run exec --requests -)."
+want 5 && echo "case 5 over $n_mem sandboxes: memcg usage sum $(kib "$mem_sum"), PSS sum $(kib "$pss_sum")."
+want 3 && echo "fncall: $N_CALLS calls in $(ms "$C3_TOTAL") (dsec-run exec --requests -, ten streams)."
+echo "cases 2 and 3: every runner in ten blocks that alternate, so that the load weighs on all alike."
+[[ -n $BASE ]] && echo "BENCH_BASE: $BASE_BUILD, its own sandboxes, in blocks alternating with this build's."
 if command -v column >/dev/null; then
   column -t -s $'\t' "$WORK/table"
 else

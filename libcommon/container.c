@@ -35,6 +35,7 @@
 #include <linux/loop.h>
 #include <linux/mount.h>
 #include <linux/openat2.h>
+#include <linux/sockios.h>
 #include <malloc.h>
 #include <math.h>
 #include <net/if.h>
@@ -50,8 +51,10 @@
 #include <sys/epoll.h>
 #include <sys/fanotify.h>
 #include <sys/ioctl.h>
+#include <sys/mman.h>
 #include <sys/mount.h>
 #include <sys/prctl.h>
+#include <sys/random.h>
 #include <sys/resource.h>
 #include <sys/signalfd.h>
 #include <sys/socket.h>
@@ -133,11 +136,14 @@ static int msg_send(int sock, json_t *msg, const int *fds, int nfds)
   return 0;
 }
 
-/* Returns the message (new ref) and its descriptors; NULL on EOF/error. */
-static json_t *msg_recv(int sock, char *buf, size_t cap, int *fds, int *nfds)
+/* Returns the message (new ref) and its descriptors; NULL on EOF/error.
+ * *from (if not NULL): the sender's pid as we number it, where the
+ * socket passes credentials (SO_PASSCRED), else 0. */
+static json_t *msg_recv_from(int sock, char *buf, size_t cap, int *fds,
+                             int *nfds, pid_t *from)
 {
   union {
-    char b[CMSG_SPACE(3 * sizeof(int))];
+    char b[CMSG_SPACE(3 * sizeof(int)) + CMSG_SPACE(sizeof(struct ucred))];
     struct cmsghdr align;
   } u;
   struct iovec iov = { buf, cap - 1 };
@@ -146,13 +152,21 @@ static json_t *msg_recv(int sock, char *buf, size_t cap, int *fds, int *nfds)
   ssize_t n;
 
   *nfds = 0;
+  if (from)
+    *from = 0;
   do
     n = recvmsg(sock, &mh, MSG_CMSG_CLOEXEC);
   while (n < 0 && errno == EINTR);
   if (n <= 0)
     return NULL;
   for (struct cmsghdr *c = CMSG_FIRSTHDR(&mh); c; c = CMSG_NXTHDR(&mh, c))
-    if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS) {
+    if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_CREDENTIALS &&
+        c->cmsg_len >= CMSG_LEN(sizeof(struct ucred))) {
+      struct ucred uc;
+      memcpy(&uc, CMSG_DATA(c), sizeof uc);
+      if (from)
+        *from = uc.pid;
+    } else if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS) {
       int k = (int) ((c->cmsg_len - CMSG_LEN(0)) / sizeof(int));
       if (k > 3)
         k = 3;
@@ -161,6 +175,11 @@ static json_t *msg_recv(int sock, char *buf, size_t cap, int *fds, int *nfds)
     }
   buf[n] = '\0';
   return json_loadb(buf, (size_t) n, 0, NULL);
+}
+
+static json_t *msg_recv(int sock, char *buf, size_t cap, int *fds, int *nfds)
+{
+  return msg_recv_from(sock, buf, cap, fds, nfds, NULL);
 }
 
 /* ---- init */
@@ -176,6 +195,12 @@ struct init_ctx {
   json_t *protect; /* fncall and exclusive execs: the spec's protect,
                     * planned again per call */
   bool exclusive;  /* an exclusive exec (the supervisor's child, not init's) */
+  char *stack;     /* where a child that shares our memory runs (spawn_stack) */
+  uint64_t token;  /* the exec's own execve passes it (not notified: the
+                    * child tells its start, exec_started); 0: none */
+  bool vfork_ok;   /* such a child may change its credentials (see
+                    * init_spawn) */
+  bool bset_dropped; /* our bounding set is empty: so is our children's */
 };
 
 /* Paths masked in /proc and /sys: files get /dev/null, directories an
@@ -483,16 +508,22 @@ static void init_setup(struct init_ctx *c, json_t *spec)
  * supervisor over fd 3 (init's control socket, still open here): the
  * supervisor answers denied calls with their error and records them.
  * Without a listener (the kernel refuses one), denials fail silently. */
-static int install_filter(struct init_ctx *c, uint64_t xid)
+static int install_filter(struct init_ctx *c, uint64_t xid, bool *tells)
 {
   int lfd = dsec_seccomp_install(&c->filter, true);
+  *tells = false;
   if (lfd >= 0) {
     json_t *m = json_pack("{s:s, s:I}", "op", "listener", "xid",
                           (json_int_t) xid);
     int r = msg_send(3, m, &lfd, 1);
     json_decref(m);
     close(lfd);
-    close(3);
+    /* with a token, the socket stays until the execve (close-on-exec)
+     * for exec_started */
+    if (r == 0 && c->token)
+      *tells = true;
+    else
+      close(3);
     return r;
   }
   close(3);
@@ -500,13 +531,14 @@ static int install_filter(struct init_ctx *c, uint64_t xid)
 }
 
 static void drop_privileges(struct init_ctx *c, uid_t uid, gid_t gid,
-                            uint64_t xid, uint32_t keep)
+                            uint64_t xid, uint32_t keep, bool *tells)
 {
   struct __user_cap_header_struct h = { _LINUX_CAPABILITY_VERSION_3, 0 };
   struct __user_cap_data_struct d[2] = { { keep, keep, 0 } };
 
-  for (int cap = 0; cap <= c->last_cap; cap++)
-    prctl(PR_CAPBSET_DROP, cap, 0, 0, 0);
+  if (!c->bset_dropped)
+    for (int cap = 0; cap <= c->last_cap; cap++)
+      prctl(PR_CAPBSET_DROP, cap, 0, 0, 0);
   prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0);
   /* rootless, setgroups is denied in the user namespace (EPERM) and the
    * supplementary groups are the host user's, unmapped */
@@ -518,7 +550,7 @@ static void drop_privileges(struct init_ctx *c, uid_t uid, gid_t gid,
   }
   if (syscall(SYS_capset, &h, d) < 0 ||
       prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0 ||
-      install_filter(c, xid) < 0) {
+      install_filter(c, xid, tells) < 0) {
     dprintf(STDERR_FILENO, "dsec: cannot drop privileges: %s\n",
             strerror(errno));
     _exit(125);
@@ -538,28 +570,28 @@ static void drop_privileges(struct init_ctx *c, uid_t uid, gid_t gid,
  * it gets a /proc of its own (masked like the sandbox's) and its own
  * /dev/shm, and shares the sandbox's files.  Its parent is outside the
  * sandbox: the exec dies with it (*life is what tells, see below). */
-/* PID 1 of a call's pid namespace: not the command (the kernel keeps
- * from PID 1 the signals it has no handler for, so `kill $$` would not
- * end it), but its reaper.  The command is its child; when it ends, PID 1
- * gives its status to the relay (sp) and exits, and every process the
- * call left behind dies with the namespace.  Returns in the command. */
-static void call_split(int sp)
+/* The reaper's part: waits for the command (cmd) and leaves with its
+ * status given to the relay (sp >= 0), or to the supervisor (on init's
+ * socket at 3, for the exec xid: see init_message) once every other
+ * process of the call is gone: the supervisor answers the call on that
+ * message, as the relay's end told before that the call's processes
+ * died with its pid namespace. */
+_Noreturn static void call_reap(pid_t cmd, int sp, uint64_t xid)
 {
   struct __user_cap_header_struct h = { _LINUX_CAPABILITY_VERSION_3, 0 };
   struct __user_cap_data_struct none[2] = { { 0 } };
-  pid_t cmd = fork(), pid;
+  struct __user_cap_data_struct kill_only[2] = {
+    { 1u << CAP_KILL, 1u << CAP_KILL, 0 }
+  };
+  pid_t pid;
   int status = 0, devnull;
 
-  if (cmd < 0)
-    _exit(125);
-  if (cmd == 0) {
-    close(sp);
-    return;
-  }
-  /* the reaper needs nothing: no capabilities, no standard streams (the
-   * exec's pipes end with the command); its name says what it is */
+  /* the reaper needs nothing but to kill what the call leaves (its
+   * processes may be another user's): no other capability, no standard
+   * streams (the exec's pipes end with the command); its name says what
+   * it is */
   prctl(PR_SET_NAME, "dsec-call", 0, 0, 0);
-  syscall(SYS_capset, &h, none);
+  syscall(SYS_capset, &h, sp >= 0 ? none : kill_only);
   devnull = open("/dev/null", O_RDWR | O_CLOEXEC);
   for (int fd = 0; fd < 3; fd++)
     if (devnull >= 0)
@@ -571,10 +603,49 @@ static void call_split(int sp)
     if (pid < 0 && errno != EINTR)
       _exit(125);
   }
-  if (write(sp, &status, sizeof status) != (ssize_t) sizeof status)
-    _exit(125);
+  if (sp >= 0) {
+    if (write(sp, &status, sizeof status) != (ssize_t) sizeof status)
+      _exit(125);
+  } else {
+    json_t *m;
+    /* every process of the pid namespace but us, until none is left (a
+     * fork may race a round: another round takes its child) */
+    for (;;) {
+      kill(-1, SIGKILL);
+      pid = waitpid(-1, NULL, 0);
+      if (pid < 0 && errno == ECHILD)
+        break;
+      if (pid < 0 && errno != EINTR)
+        _exit(125);
+    }
+    syscall(SYS_capset, &h, none);
+    m = json_pack("{s:s, s:I, s:i}", "op", "status", "xid", (json_int_t) xid,
+                  "status", status);
+    if (!m || msg_send(3, m, NULL, 0) < 0)
+      _exit(125);
+  }
   _exit(0);
 }
+
+/* PID 1 of a call's pid namespace: not the command (the kernel keeps
+ * from PID 1 the signals it has no handler for, so `kill $$` would not
+ * end it), but its reaper.  The command is its child; when it ends, PID 1
+ * gives its status to the relay (sp) and exits, and every process the
+ * call left behind dies with the namespace.  Returns in the command. */
+static void call_split(int sp)
+{
+  pid_t cmd = fork();
+
+  if (cmd < 0)
+    _exit(125);
+  if (cmd == 0) {
+    close(sp);
+    return;
+  }
+  call_reap(cmd, sp, 0);
+}
+
+static void call_mounts(struct init_ctx *c, const char *workdir);
 
 static void call_enter(struct init_ctx *c, const char *workdir, int *life)
 {
@@ -615,6 +686,14 @@ static void call_enter(struct init_ctx *c, const char *workdir, int *life)
     close(lp[1]);
   close(sp[0]);
   *life = lp[0];
+  call_mounts(c, workdir);
+  call_split(sp[1]);
+}
+
+/* A call's own /proc, /dev/shm, and for fncall /tmp and working
+ * directory, in its new mount namespace. */
+static void call_mounts(struct init_ctx *c, const char *workdir)
+{
   if (c->exclusive) {
     if (mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC,
               NULL) < 0)
@@ -629,10 +708,8 @@ static void call_enter(struct init_ctx *c, const char *workdir, int *life)
   if (mount("tmpfs", "/dev/shm", "tmpfs", MS_NOSUID | MS_NODEV,
             "mode=1777,size=67108864") < 0)
     goto fail;
-  if (c->exclusive) {
-    call_split(sp[1]);
+  if (c->exclusive)
     return;
-  }
   if (mount("tmpfs", "/tmp", "tmpfs", MS_NOSUID | MS_NODEV, c->tmp_size) < 0)
     goto fail;
   if (strcmp(workdir, "/") != 0 && strcmp(workdir, "/tmp") != 0 &&
@@ -645,7 +722,6 @@ static void call_enter(struct init_ctx *c, const char *workdir, int *life)
     }
     goto fail;
   }
-  call_split(sp[1]);
   return;
 fail:
   dprintf(STDERR_FILENO, "dsec: cannot prepare the call: %s\n",
@@ -685,26 +761,95 @@ struct exec_run {
   uint64_t xid;
   int life; /* the relay's pipe (call_enter), or -1 */
   uint32_t caps; /* kept (the sandbox's root copying files), else 0 */
+  const struct dsec_guest_exec *x;
+  bool tells;    /* the listener is the supervisor's, and init's socket
+                  * (3) still open: exec_started */
 };
+
+/* The command of an fncall call, in a child of its reaper that shares
+ * the reaper's memory until it runs the command. */
+static int call_command(void *ud)
+{
+  struct exec_run *r = ud;
+  fncall_landlock(r->c);
+  dsec_guest_exec_finish(r->x);
+}
+
+/* An fncall call: init started us as PID 1 of the call's own pid, mount
+ * and IPC namespaces (init_spawn), so no relay stands between init and
+ * the call.  After the call's mounts the command is our child, started
+ * with CLONE_VM | CLONE_VFORK (nothing of our memory is copied; we wait
+ * until it runs the command, and have nothing else to do), and we stay
+ * its reaper; the command's status goes to the supervisor before we
+ * exit (call_reap). */
+_Noreturn static void call_run(struct exec_run *r, const char *cwd)
+{
+  pid_t cmd;
+
+  prctl(PR_SET_NAME, "dsec-call", 0, 0, 0);
+  call_mounts(r->c, cwd);
+  cmd = clone(call_command, r->c->stack, CLONE_VM | CLONE_VFORK | SIGCHLD, r);
+  if (cmd < 0) {
+    dprintf(STDERR_FILENO, "dsec: cannot start the call: %s\n",
+            strerror(errno));
+    _exit(125);
+  }
+  call_reap(cmd, -1, r->xid);
+}
 
 static void exec_enter(void *ud, const char *cwd)
 {
   struct exec_run *r = ud;
-  if (r->c->fncall || r->c->exclusive) {
+  if (r->c->exclusive) {
     call_enter(r->c, cwd, &r->life);
     fncall_landlock(r->c);
-  }
+  } else if (r->c->fncall)
+    call_run(r, cwd);
 }
 
 static void exec_drop(void *ud, uid_t uid, gid_t gid)
 {
   struct exec_run *r = ud;
-  drop_privileges(r->c, uid, gid, r->xid, uid == 0 ? r->caps : 0);
+  drop_privileges(r->c, uid, gid, r->xid, uid == 0 ? r->caps : 0, &r->tells);
+}
+
+/* Before each execve of the command (with the token, so not notified):
+ * the start the supervisor would have seen, told on init's socket; the
+ * supervisor takes our pid from the socket's credentials.  An exec whose
+ * start cannot be told does not start (as a notified execve fails when
+ * the listener is gone). */
+static void exec_started(void *ud, const char *path, char *const argv[])
+{
+  struct exec_run *r = ud;
+  json_t *m, *a;
+  size_t total = 0;
+  if (!r->tells)
+    return;
+  /* as much as the supervisor reads of a notified one (remote_argv): one
+   * argument and one byte more than the audit log keeps */
+  a = json_array();
+  for (size_t i = 0; i <= DSEC_AUDIT_ARGV_MAX && argv[i] &&
+                     total <= DSEC_AUDIT_ARGV_BYTES; i++) {
+    size_t n = strnlen(argv[i], DSEC_AUDIT_ARG_MAX + 1);
+    total += n;
+    json_array_append_new(a, dsec_json_utf8(argv[i], n));
+  }
+  m = json_pack("{s:s, s:I, s:o, s:o}", "op", "started", "xid",
+                (json_int_t) r->xid, "path", dsec_json_utf8(path, strlen(path)),
+                "argv", a);
+  if (!m || msg_send(3, m, NULL, 0) < 0)
+    _exit(DSEC_EXIT_INTERNAL);
+  json_decref(m);
 }
 
 static void exec_last(void *ud)
 {
   struct exec_run *r = ud;
+  if (r->tells && r->x->builtin) {
+    /* a copy starts nothing: init's socket goes now */
+    close(3);
+    r->tells = false;
+  }
   if (r->life >= 0) {
     /* the parent-death signal goes with every change of credentials:
      * set now, then check the relay has not died already */
@@ -715,28 +860,114 @@ static void exec_last(void *ud)
   }
 }
 
-static void init_exec_child(struct init_ctx *c, json_t *req, int *fds)
+/* An exec's start as x (its argv and envp arrays are new: free them),
+ * with r its container steps. */
+static void exec_prepare(struct init_ctx *c, json_t *req, int *fds,
+                         struct exec_run *r, struct dsec_guest_exec *x)
 {
-  struct exec_run r = {
-    c, (uint64_t) json_integer_value(json_object_get(req, "xid")), -1, 0
+  *r = (struct exec_run){
+    c, (uint64_t) json_integer_value(json_object_get(req, "xid")), -1, 0, x
   };
   /* dsec's copies run as the sandbox's root with what a root's cp needs,
    * in the sandbox's user namespace only (no process of the sandbox can
    * trace a process with capabilities it lacks) */
   if (json_string_value(json_object_get(req, "builtin")))
-    r.caps = 1u << CAP_CHOWN | 1u << CAP_DAC_OVERRIDE |
-             1u << CAP_DAC_READ_SEARCH | 1u << CAP_FOWNER | 1u << CAP_FSETID;
-  struct dsec_guest_exec x = {
+    r->caps = 1u << CAP_CHOWN | 1u << CAP_DAC_OVERRIDE |
+              1u << CAP_DAC_READ_SEARCH | 1u << CAP_FOWNER | 1u << CAP_FSETID;
+  *x = (struct dsec_guest_exec){
     .fds = { fds[0], fds[1], fds[2] },
     /* init's socket, until the filter's listener is handed over */
     .keep = 3,
     .enter = exec_enter,
     .drop = exec_drop,
     .last = exec_last,
-    .ud = &r,
+    .ud = r,
+    .token = c->token,
+    .started = c->token ? exec_started : NULL,
   };
-  dsec_guest_exec_from(&x, req);
+  dsec_guest_exec_from(x, req);
+}
+
+static void init_exec_child(struct init_ctx *c, json_t *req, int *fds)
+{
+  struct exec_run r;
+  struct dsec_guest_exec x;
+  exec_prepare(c, req, fds, &r, &x);
   dsec_guest_exec(&x);
+}
+
+#define SPAWN_STACK (256u << 10)
+
+/* The top of the stack that children sharing our memory run on, made
+ * once (only its touched pages cost memory); NULL when it cannot be.  One
+ * is enough: such a child runs while we wait (CLONE_VFORK). */
+static char *spawn_stack(struct init_ctx *c)
+{
+  if (!c->stack) {
+    void *p = mmap(NULL, SPAWN_STACK, PROT_READ | PROT_WRITE,
+                   MAP_PRIVATE | MAP_ANONYMOUS | MAP_STACK | MAP_NORESERVE,
+                   -1, 0);
+    if (p == MAP_FAILED)
+      return NULL;
+    c->stack = (char *) p + SPAWN_STACK;
+  }
+  return c->stack;
+}
+
+static int spawn_child(void *x)
+{
+  dsec_guest_exec(x);
+}
+
+/* Starts an exec in a child of ours: its pid, or -1 with errno.
+ *
+ * A container's exec shares our memory until it runs its command
+ * (CLONE_VM | CLONE_VFORK): no copy of init's page tables and mappings
+ * (a fork of init is a copy of the supervisor's ~120 of them) and no
+ * copy-on-write faults after it, nor the teardown of that copy at its
+ * execve, which were most of what an exec cost.  We wait meanwhile, so
+ * nothing else runs on that memory; what the child allocates it frees
+ * before its execve, and its argv and envp are ours (freed here).  Not
+ * so for dsec's own copies (builtin: the copy runs in the child and would
+ * keep us waiting), nor where a process becomes user-dumpable when it
+ * changes credentials (fs.suid_dumpable=1): the child becomes the
+ * sandbox's user before its execve, and init's memory must never be open
+ * to the sandbox's processes.  (The supervisor keeps its messages to us
+ * from ever blocking it, see ctr_exec: the child's execve waits for the
+ * supervisor's answer to its seccomp notification while we wait for it.)
+ *
+ * An fncall call's child is PID 1 of a new pid, mount and IPC namespace
+ * (call_run), forked: it stays, as the call's reaper. */
+static pid_t init_spawn(struct init_ctx *c, json_t *req, int *fds)
+{
+  struct exec_run r;
+  struct dsec_guest_exec x;
+  char *stack = spawn_stack(c);
+  pid_t pid;
+  int e;
+
+  exec_prepare(c, req, fds, &r, &x);
+  if (c->fncall && !stack) {
+    errno = ENOMEM;
+    pid = -1;
+  } else if (c->fncall) {
+    pid = (pid_t) syscall(SYS_clone, CLONE_NEWNS | CLONE_NEWPID |
+                                       CLONE_NEWIPC | SIGCHLD,
+                          NULL, NULL, NULL, 0);
+    if (pid == 0)
+      dsec_guest_exec(&x);
+  } else if (stack && c->vfork_ok && !x.builtin)
+    pid = clone(spawn_child, stack, CLONE_VM | CLONE_VFORK | SIGCHLD, &x);
+  else {
+    pid = fork();
+    if (pid == 0)
+      dsec_guest_exec(&x);
+  }
+  e = errno;
+  free((void *) x.argv);
+  free((void *) x.envp);
+  errno = e;
+  return pid;
 }
 
 struct init_job {
@@ -824,9 +1055,7 @@ _Noreturn static void init_loop(struct init_ctx *c)
           json_decref(m);
           pid = -2;
         } else
-          pid = fork();
-        if (pid == 0)
-          init_exec_child(c, req, fds);
+          pid = init_spawn(c, req, fds);
         if (pid == -2) {
           /* answered */
         } else if (pid < 0) {
@@ -923,6 +1152,21 @@ static int last_cap(void)
   return last;
 }
 
+/* fs.suid_dumpable: 1 makes a process that changes credentials
+ * user-dumpable (open to ptrace and /proc/PID/mem of its new user) until
+ * its execve; -1 when unknown. */
+static int suid_dumpable(void)
+{
+  int v = -1;
+  FILE *f = fopen("/proc/sys/fs/suid_dumpable", "re");
+  if (f) {
+    if (fscanf(f, "%d", &v) != 1)
+      v = -1;
+    fclose(f);
+  }
+  return v;
+}
+
 _Noreturn static void run_init(struct stage1_args *a)
 {
   struct init_ctx c = { .sock = a->sock, .fncall = a->fncall };
@@ -944,9 +1188,17 @@ _Noreturn static void run_init(struct stage1_args *a)
     fcntl(3, F_SETFD, FD_CLOEXEC);
   }
   c.last_cap = last_cap();
+  c.vfork_ok = suid_dumpable() != 1;
   c.tmp_size = xstrdup("mode=1777,size=268435456");
-  if (dsec_seccomp_build(&c.filter, seccomp_flags(a->spec) | DSEC_SECCOMP_NOTIFY,
-                         &err) < 0 ||
+  /* the exec's own start is told by its child (exec_started), not
+   * notified: a round trip to the supervisor less per exec.  A secret of
+   * init's, in no memory a process of the sandbox can read (ours and our
+   * children's until their execve are not dumpable) */
+  if (getrandom(&c.token, sizeof c.token, 0) != (ssize_t) sizeof c.token)
+    c.token = 0;
+  if (dsec_seccomp_build_token(&c.filter, seccomp_flags(a->spec) |
+                                            DSEC_SECCOMP_NOTIFY,
+                               c.token, &err) < 0 ||
       dsec_seccomp_build(&c.filter_plain, seccomp_flags(a->spec), &err) < 0)
     die_init(c.sock, "%s", err->msg);
   init_setup(&c, a->spec);
@@ -954,6 +1206,14 @@ _Noreturn static void run_init(struct stage1_args *a)
   init_landlock(&c, a->spec, ready);
   /* nothing in the sandbox may read init's memory or attach to it */
   prctl(PR_SET_DUMPABLE, 0);
+  /* the bounding set, which every exec empties, emptied once here for all
+   * of them (~40 prctl calls an exec less): init keeps the capabilities
+   * it has (the bounding set only caps what an execve grants), and its
+   * children inherit the empty set */
+  c.bset_dropped = true;
+  for (int cap = 0; cap <= c.last_cap; cap++)
+    if (prctl(PR_CAPBSET_DROP, cap, 0, 0, 0) < 0)
+      c.bset_dropped = false;
   {
     /* proxy mode: the proxy's port on the sandbox's own loopback, served by
      * the supervisor from outside through this socket */
@@ -1066,9 +1326,13 @@ struct listener {
   json_t *seq; /* the exec's seq (owned), or NULL */
 };
 
+/* What our end of init's socket may hold (see init_backlogged). */
+#define INIT_SNDBUF (16 << 20)
+
 struct sup {
   struct dsec_engine *e;
   int isock;            /* init's control socket */
+  int isock_sndbuf;     /* its SO_SNDBUF, bytes */
   pid_t init_pid, stage1_pid;
   bool fncall;
   bool rootless;        /* not root: a user namespace of our own, no idmaps */
@@ -1115,6 +1379,8 @@ static double now_ms(void) { return dsec_now_ms(); }
 static int open_in_root(int rfd, const char *path, bool dir, uid_t base,
                         struct dsec_error **err);
 static void listener_add(struct sup *s, int fd, uint64_t xid);
+static void process_told(struct sup *s, struct dsec_job *j, json_t *m,
+                         pid_t pid);
 
 #define DENIALS_PER_SECOND 50
 
@@ -1206,11 +1472,12 @@ static void ctr_exec_done(struct dsec_engine *e, struct dsec_job *j, json_t *res
 static void ctr_job_free(struct dsec_engine *e, struct dsec_job *j)
 {
   struct cjob *c = cjob(j);
-  (void) e;
   if (!c)
     return;
-  if (c->xsock >= 0)
+  if (c->xsock >= 0) {
+    epoll_ctl(e->epfd, EPOLL_CTL_DEL, c->xsock, NULL);
     close(c->xsock);
+  }
   c->xsock = -1;
   c->w_xsock.dead = true;
   /* its watch may still be in this batch's events */
@@ -1220,6 +1487,20 @@ static void ctr_job_free(struct dsec_engine *e, struct dsec_job *j)
 
 static int xexec_spawn(struct sup *s, struct dsec_job *j, json_t *msg,
                        int fds[3], struct dsec_error **err);
+
+/* Our messages to init may take up s->isock_sndbuf bytes of its socket
+ * (INIT_SNDBUF where SO_SNDBUFFORCE is allowed); an exec is refused once
+ * half of that waits unread, so that kill messages always find room and
+ * we never block on init: an exec's child may wait for our answer to its
+ * seccomp notification while init waits for that child (init_spawn). */
+static int init_backlogged(struct sup *s)
+{
+  int queued = 0;
+  if (ioctl(s->isock, SIOCOUTQ, &queued) == 0 &&
+      queued > s->isock_sndbuf / 2)
+    return -1;
+  return 0;
+}
 
 /* An exec: a child of init (new session, the spec's user, no capabilities,
  * the seccomp filter) on pipes the engine reads; an exclusive one is
@@ -1248,6 +1529,8 @@ static int ctr_exec(struct dsec_engine *e, struct dsec_job *j, json_t *msg,
     /* fncall calls are isolated from each other as it is */
     if (json_is_true(json_object_get(j->req, "exclusive")) && !s->fncall)
       r = xexec_spawn(s, j, msg, fds, err);
+    else if ((r = init_backlogged(s)) < 0)
+      dsec_fail(err, EAGAIN, "the sandbox's init is not keeping up");
     else if ((r = msg_send(s->isock, msg, fds, 3)) < 0)
       dsec_fail(err, errno, "cannot reach the sandbox's init");
   }
@@ -1272,7 +1555,8 @@ static void init_message(struct dsec_engine *e, void *p, uint32_t events)
 {
   struct sup *s = e->b;
   int fds[3], nfds;
-  json_t *m = msg_recv(s->isock, s->msgbuf, MSG_MAX, fds, &nfds);
+  pid_t from;
+  json_t *m = msg_recv_from(s->isock, s->msgbuf, MSG_MAX, fds, &nfds, &from);
   const char *op;
   struct dsec_job *j;
   (void) p, (void) events;
@@ -1295,6 +1579,15 @@ static void init_message(struct dsec_engine *e, void *p, uint32_t events)
     else
       close(fds[0]);
     nfds = 0;
+  } else if (op && j && strcmp(op, "started") == 0) {
+    process_told(s, j, m, from);
+  } else if (op && j && strcmp(op, "status") == 0) {
+    /* an fncall call's command ended, and every other process of the
+     * call is gone (call_reap): the call's end (init's "exited" for its
+     * reaper, which follows, finds no job).  The status as a relay gives
+     * it: a signal's number, or the exit code. */
+    int status = (int) json_integer_value(json_object_get(m, "status"));
+    job_ended(s, j, WIFSIGNALED(status) ? WTERMSIG(status) : status, NULL);
   } else if (op && j && strcmp(op, "exited") == 0) {
     job_ended(s, j, (int) json_integer_value(json_object_get(m, "status")), NULL);
   } else if (op && j && strcmp(op, "error") == 0) {
@@ -1526,6 +1819,8 @@ static void listener_close(struct sup *s, struct listener *l)
       s->listeners[i] = s->listeners[--s->nlisteners];
       break;
     }
+  /* out of the epoll set first: see close_watched (engine.c) */
+  epoll_ctl(s->e->epfd, EPOLL_CTL_DEL, l->fd, NULL);
   close(l->fd);
   l->w.dead = true;
   json_decref(l->seq);
@@ -1655,6 +1950,52 @@ static bool denial_admit(struct sup *s)
   return false;
 }
 
+/* Whether a program start at path is recorded (*first: the first of
+ * that path, never lost in a flood), or counted as suppressed. */
+static bool process_admit(struct sup *s, const char *path, double now,
+                          bool *first)
+{
+  if (now - s->process_window >= 1000)
+    flush_suppressed(s, now);
+  *first = path && dsec_audit_is_new(s->e->audit, DSEC_AUDIT_PROGRAM, path,
+                                     strlen(path));
+  if (!*first && s->processes_in_window++ >= PROCESSES_PER_SECOND) {
+    s->processes_suppressed++;
+    return false;
+  }
+  return true;
+}
+
+/* The "process" event (argv stolen). */
+static void process_event(struct sup *s, const char *path, json_t *argv,
+                          pid_t pid, json_t *seq, bool first)
+{
+  json_t *ev = json_pack("{s:s, s:o, s:o, s:i, s:O}", "type", "process",
+                         "path", path ? dsec_json_utf8(path, strlen(path))
+                                      : json_null(),
+                         "argv", argv, "pid", (int) pid, "seq",
+                         seq ? seq : json_null());
+  if (first)
+    dsec_engine_event_first(s->e, ev, DSEC_AUDIT_PROGRAM, path, strlen(path));
+  else
+    dsec_engine_event(s->e, ev);
+}
+
+/* An exec's own start, as its child tells it (exec_started): the pid
+ * is the socket's (the kernel's word, not the child's). */
+static void process_told(struct sup *s, struct dsec_job *j, json_t *m,
+                         pid_t pid)
+{
+  const char *path = json_string_value(json_object_get(m, "path"));
+  json_t *argv = json_object_get(m, "argv");
+  bool first;
+
+  if (!path || !json_is_array(argv) || pid <= 0 ||
+      !process_admit(s, path, now_ms(), &first))
+    return;
+  process_event(s, path, json_incref(argv), pid, j->seq, first);
+}
+
 static void process_started(struct sup *s, struct listener *l,
                             struct seccomp_notif *req,
                             struct seccomp_notif_resp *resp)
@@ -1689,29 +2030,14 @@ static void process_started(struct sup *s, struct listener *l,
       if (fd < 0 && e == ENOENT)
         goto answer; /* not counted: it will not run */
     }
-    if (now - s->process_window >= 1000)
-      flush_suppressed(s, now);
-    /* the first start of a program path is never lost in a flood */
-    first = path && dsec_audit_is_new(s->e->audit, DSEC_AUDIT_PROGRAM, path,
-                                      strlen(path));
-    if (!first && s->processes_in_window++ >= PROCESSES_PER_SECOND) {
-      s->processes_suppressed++;
+    if (!process_admit(s, path, now, &first))
       goto answer;
-    }
     argv = remote_argv(pid, req->data.args[at ? 2 : 1]);
     /* read before answering, and only trusted if the call is still the
      * same one (the process could have died and its pid be reused) */
-    if (seccomp_notify_id_valid(l->fd, req->id) == 0) {
-      json_t *ev = json_pack("{s:s, s:o, s:o, s:i, s:O}", "type", "process",
-                             "path", path ? dsec_json_utf8(path, strlen(path))
-                                          : json_null(),
-                             "argv", argv, "pid", (int) pid, "seq",
-                             l->seq ? l->seq : json_null());
-      if (first)
-        dsec_engine_event_first(s->e, ev, DSEC_AUDIT_PROGRAM, path, strlen(path));
-      else
-        dsec_engine_event(s->e, ev);
-    } else
+    if (seccomp_notify_id_valid(l->fd, req->id) == 0)
+      process_event(s, path, argv, pid, l->seq, first);
+    else
       json_decref(argv);
   }
 answer:
@@ -2694,8 +3020,15 @@ static int start_stage1(struct sup *s, json_t *spec, struct dsec_error **err)
   if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, ip) < 0)
     return dsec_fail(err, errno, "cannot create the control channel");
   {
-    int sz = MSG_MAX + 4096;
-    setsockopt(ip[0], SOL_SOCKET, SO_SNDBUFFORCE, &sz, sizeof sz);
+    int sz = MSG_MAX + 4096, big = INIT_SNDBUF;
+    socklen_t len = sizeof s->isock_sndbuf;
+    /* (see init_backlogged; rootless, as much as we may) */
+    if (setsockopt(ip[0], SOL_SOCKET, SO_SNDBUFFORCE, &big, sizeof big) < 0)
+      setsockopt(ip[0], SOL_SOCKET, SO_SNDBUF, &big, sizeof big);
+    if (getsockopt(ip[0], SOL_SOCKET, SO_SNDBUF, &s->isock_sndbuf, &len) < 0)
+      s->isock_sndbuf = 2 * (MSG_MAX + 4096);
+    /* each message with its sender's pid: an exec's start (process_told) */
+    setsockopt(ip[0], SOL_SOCKET, SO_PASSCRED, &(int){ 1 }, sizeof(int));
     setsockopt(ip[1], SOL_SOCKET, SO_SNDBUFFORCE, &sz, sizeof sz);
     setsockopt(ip[0], SOL_SOCKET, SO_RCVBUFFORCE, &sz, sizeof sz);
     setsockopt(ip[1], SOL_SOCKET, SO_RCVBUFFORCE, &sz, sizeof sz);

@@ -274,7 +274,17 @@ static void capture_add(struct dsec_job *j, struct dsec_capture *c,
   }
 }
 
-static void capture_read(struct dsec_capture *c)
+/* Closes fd, out of the epoll set first: a closed descriptor leaves the
+ * set only once no process has it, and a child forked meanwhile (an
+ * exclusive exec's, until it closes what it inherited) may: its events
+ * would then come for a watch already freed. */
+static void close_watched(struct dsec_engine *e, int fd)
+{
+  epoll_ctl(e->epfd, EPOLL_CTL_DEL, fd, NULL);
+  close(fd);
+}
+
+static void capture_read(struct dsec_engine *e, struct dsec_capture *c)
 {
   static char buf[1u << 18];
   if (c->fd < 0)
@@ -287,7 +297,7 @@ static void capture_read(struct dsec_capture *c)
       continue;
     if (n <= 0) {
       if (n == 0 || errno != EAGAIN) {
-        close(c->fd);
+        close_watched(e, c->fd);
         c->fd = -1;
       }
       return;
@@ -299,7 +309,7 @@ static void capture_read(struct dsec_capture *c)
 static void capture_readable(struct dsec_engine *e, void *p, uint32_t events)
 {
   (void) e, (void) events;
-  capture_read(p);
+  capture_read(e, p);
 }
 
 static void stdin_writable(struct dsec_engine *e, void *p, uint32_t events)
@@ -482,11 +492,11 @@ static void job_free(struct dsec_engine *e, struct dsec_job *j)
   if (e->ops->job_free)
     e->ops->job_free(e, j);
   if (j->out.fd >= 0)
-    close(j->out.fd);
+    close_watched(e, j->out.fd);
   if (j->err.fd >= 0)
-    close(j->err.fd);
+    close_watched(e, j->err.fd);
   if (j->in_fd >= 0)
-    close(j->in_fd);
+    close_watched(e, j->in_fd);
   j->out.fd = j->err.fd = j->in_fd = -1;
   j->out.w.dead = j->err.w.dead = j->w_in.dead = true;
   free(j->out.k.data);
@@ -522,8 +532,8 @@ void dsec_job_finish(struct dsec_engine *e, struct dsec_job *j,
   json_t *res;
   int code, sig = 0;
 
-  capture_read(&j->out);
-  capture_read(&j->err);
+  capture_read(e, &j->out);
+  capture_read(e, &j->err);
   if (j->daemon) {
     service_ended(e, j, end);
     return;
@@ -1687,7 +1697,7 @@ static void copy_unstall(struct dsec_job *j)
   if (j->out.fd >= 0) {
     j->out.w = (struct dsec_watch){ capture_readable, &j->out, false };
     dsec_engine_watch(c->e, j->out.fd, EPOLLIN, &j->out.w);
-    capture_read(&j->out);
+    capture_read(c->e, &j->out);
   }
 }
 

@@ -3,9 +3,11 @@
 #define _GNU_SOURCE
 #include "guest.h"
 
+#include <alloca.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <grp.h>
+#include <limits.h>
 #include <linux/mount.h>
 #include <net/if.h>
 #include <signal.h>
@@ -262,6 +264,117 @@ static int builtin(const struct dsec_guest_exec *x)
   return 0;
 }
 
+/* One execve of the command's, told first, with the token. */
+static void exec_one(const struct dsec_guest_exec *x, const char *path,
+                     char *const argv[], char *const envp[])
+{
+  if (!x->token) {
+    execve(path, argv, envp);
+    return;
+  }
+  if (x->started)
+    x->started(x->ud, path, argv);
+  syscall(SYS_execve, path, argv, envp, (unsigned long) x->token, 0UL, 0UL);
+}
+
+/* A script without #!: /bin/sh FILE ARGS..., as execvp runs it. */
+static void exec_script(const struct dsec_guest_exec *x, const char *file,
+                        char *const argv[], char *const envp[])
+{
+  size_t n = 0;
+  char **sh;
+
+  while (argv[n])
+    n++;
+  sh = alloca(sizeof *sh * (n + 2));
+  sh[0] = (char *) "/bin/sh";
+  sh[1] = (char *) file;
+  for (size_t i = 1; i <= n; i++)
+    sh[i + 1] = argv[i];
+  exec_one(x, sh[0], sh, envp);
+  errno = ENOEXEC;
+}
+
+/* execvp(3) with the same results (the error of the last candidate, EACCES
+ * when one was found but could not run, a script without #! run by
+ * /bin/sh), but without an execve for each directory of PATH where the
+ * program is not: every execve in a sandbox is a round trip to the
+ * supervisor (seccomp notification, for the audit of program starts), so
+ * a stat(2) skips the candidates that do not exist.  No allocation: it
+ * runs in a child that shares its parent's memory. */
+static void exec_search(const struct dsec_guest_exec *x, char *const argv[],
+                        char *const envp[])
+{
+  const char *file = argv[0], *path = NULL, *p;
+  size_t flen = strlen(file);
+  bool eacces = false;
+
+  if (!*file) {
+    errno = ENOENT;
+    return;
+  }
+  if (strchr(file, '/')) {
+    struct stat st;
+    /* (what execve would say, without a start to report) */
+    if (x->started && stat(file, &st) < 0 &&
+        (errno == ENOENT || errno == ENOTDIR))
+      return;
+    exec_one(x, file, argv, envp);
+    if (errno == ENOEXEC)
+      exec_script(x, file, argv, envp);
+    return;
+  }
+  for (char *const *e = envp; *e; e++)
+    if (strncmp(*e, "PATH=", 5) == 0) {
+      path = *e + 5;
+      break;
+    }
+  if (!path)
+    path = "/bin:/usr/bin"; /* glibc's default */
+  if (flen >= PATH_MAX) {
+    errno = ENAMETOOLONG;
+    return;
+  }
+  for (p = path;; p++) {
+    const char *end = strchrnul(p, ':');
+    size_t dlen = (size_t) (end - p);
+    char cand[PATH_MAX + 1];
+    struct stat st;
+
+    if (dlen + 1 + flen < sizeof cand) {
+      if (dlen) {
+        memcpy(cand, p, dlen);
+        cand[dlen++] = '/';
+      }
+      memcpy(cand + dlen, file, flen + 1);
+      /* not there: no execve (what execve would say is ENOENT or
+       * ENOTDIR, which execvp skips too); anything else, execve tells */
+      if (stat(cand, &st) < 0 && (errno == ENOENT || errno == ENOTDIR))
+        errno = ENOENT;
+      else {
+        exec_one(x, cand, argv, envp);
+        switch (errno) {
+        case ENOEXEC:
+          /* execvp's fallback: a script without #! goes to the shell */
+          exec_script(x, cand, argv, envp);
+          return;
+        case EACCES:
+          eacces = true;
+          break;
+        case ENOENT: case ENOTDIR: case ESTALE: case ENODEV: case ETIMEDOUT:
+          break;
+        default:
+          return;
+        }
+      }
+    }
+    if (!*end)
+      break;
+    p = end;
+  }
+  errno = eacces ? EACCES : ENOENT;
+}
+
 _Noreturn void dsec_guest_exec(const struct dsec_guest_exec *x)
 {
   struct rlimit none = { 0, 0 };
@@ -298,6 +411,11 @@ _Noreturn void dsec_guest_exec(const struct dsec_guest_exec *x)
     _exit(DSEC_EXIT_INTERNAL);
   if (x->enter)
     x->enter(x->ud, x->cwd ? x->cwd : "/");
+  dsec_guest_exec_finish(x);
+}
+
+_Noreturn void dsec_guest_exec_finish(const struct dsec_guest_exec *x)
+{
   if (x->cwd && chdir(x->cwd) < 0) {
     dprintf(2, "dsec: cannot enter %s: %s\n", x->cwd, strerror(errno));
     _exit(DSEC_EXIT_CANNOT_EXEC);
@@ -315,7 +433,7 @@ _Noreturn void dsec_guest_exec(const struct dsec_guest_exec *x)
   if (x->builtin)
     _exit(builtin(x));
   environ = (char **) x->envp;
-  execvp(x->argv[0], x->argv);
+  exec_search(x, x->argv, (char *const *) x->envp);
   dprintf(2, "dsec: %s: %s\n", x->argv[0], strerror(errno));
   _exit(errno == ENOENT || errno == ENOTDIR ? DSEC_EXIT_NOT_FOUND
                                             : DSEC_EXIT_CANNOT_EXEC);

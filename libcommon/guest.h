@@ -14,6 +14,7 @@
 #define DSEC_GUEST_H
 
 #include <stdbool.h>
+#include <stdint.h>
 #include <stddef.h>
 #include <sys/types.h>
 
@@ -74,6 +75,11 @@ struct dsec_guest_exec {
    * the parent with dsec_guest_openpty): stdin, stdout and stderr, and
    * the controlling terminal; fds are then closed unused.  NULL: none. */
   const char *tty;
+  /* Non-zero: the fourth argument of the command's execve (see
+   * dsec_seccomp_build_token), and started (if set) is told of each
+   * execve of the command before it is made. */
+  uint64_t token;
+  void (*started)(void *ud, const char *path, char *const argv[]);
 };
 
 /* A pseudo-terminal for an exec: its master (close-on-exec, non-blocking)
@@ -88,6 +94,10 @@ void dsec_guest_exec_from(struct dsec_guest_exec *x, json_t *msg);
 
 /* In a child that is to become the command: never returns. */
 _Noreturn void dsec_guest_exec(const struct dsec_guest_exec *x);
+/* What dsec_guest_exec does after x->enter: the working directory,
+ * x->drop, x->last and the command.  For an enter that goes on in another
+ * process (a child it starts on a stack of its own). */
+_Noreturn void dsec_guest_exec_finish(const struct dsec_guest_exec *x);
 
 /* The host's messages to the agent: a JSON header line, then stdin_len
  * bytes (0 to DSEC_GUEST_STDIN_MAX) of payload.  dsec_guest_next takes the

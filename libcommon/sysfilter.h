@@ -5,6 +5,7 @@
 
 #include <linux/filter.h>
 #include <stdbool.h>
+#include <stdint.h>
 
 #include "error.h"
 
@@ -28,6 +29,12 @@ enum {
  * reasons; flags as above. */
 int dsec_seccomp_build(struct dsec_bpf *out, unsigned flags,
                        struct dsec_error **err);
+/* The same, where an execve whose fourth argument (unused by the kernel)
+ * is token is not notified: the exec's own start, which its starter
+ * reports itself.  token is a secret of the starter's (random, non-zero;
+ * 0: none), never in reach of what runs in the sandbox. */
+int dsec_seccomp_build_token(struct dsec_bpf *out, unsigned flags,
+                             uint64_t token, struct dsec_error **err);
 /* Installs it on the calling thread (needs no_new_privs or CAP_SYS_ADMIN);
  * async-signal-safe, for use between fork and exec.  With listener set,
  * returns the new listener fd (a filter built with notify). */

@@ -388,6 +388,39 @@ EOF
   out_jq '.exit_code == 126'
 }
 
+@test "exec finds its command as execvp does: a later PATH entry, past a non-executable file, a script without #!" {
+  local id
+  id=$(sb_create)
+  run -0 --separate-stderr dsec-run exec "$id" -- sh -c '
+    mkdir -p /p1 /p2 /p3 /p4
+    printf "echo one \$1\n" >/p1/cmd
+    printf "echo two \$1\n" >/p2/cmd && chmod 755 /p2/cmd
+    printf "echo three\n" >/p3/only
+    ln -s /p2/cmd /p4/hello && ln -s /nowhere /p4/dangling'
+  # /p1/cmd is not executable: the search goes on, and /p2/cmd (no #!)
+  # runs with /bin/sh
+  run -0 --separate-stderr dsec-run exec --env PATH=/nope:/p1:/p2 "$id" -- cmd x
+  out_jq '.stdout == "two x\n"'
+  # found, but nowhere executable: 126
+  run -126 --separate-stderr dsec-run exec --env PATH=/nope:/p1 "$id" -- cmd
+  out_jq '.stderr == "dsec: cmd: Permission denied\n"'
+  run -126 --separate-stderr dsec-run exec --env PATH=/p3 "$id" -- only
+  # not anywhere (a dangling link is not there): 127
+  run -127 --separate-stderr dsec-run exec --env PATH=/nope:/p2 "$id" -- hello
+  out_jq '.stderr == "dsec: hello: No such file or directory\n"'
+  run -127 --separate-stderr dsec-run exec --env PATH=/p4 "$id" -- dangling
+  # an absolute path without #! runs with /bin/sh too; a link as any file
+  run -0 --separate-stderr dsec-run exec "$id" -- /p2/cmd y
+  out_jq '.stdout == "two y\n"'
+  run -0 --separate-stderr dsec-run exec --env PATH=/p4 "$id" -- hello z
+  out_jq '.stdout == "two z\n"'
+  # the same in an fncall call
+  id=$(sb_create --backend fncall)
+  run -0 --separate-stderr dsec-run exec --env PATH=/nope:/usr/bin:/bin "$id" -- sh -c 'echo $0'
+  out_jq '.stdout == "sh\n"'
+  run -127 --separate-stderr dsec-run exec --env PATH=/nope "$id" -- sh
+}
+
 @test "exec --timeout: 124, timed_out, and the command is really gone" {
   local id
   id=$(sb_create)
@@ -641,6 +674,29 @@ EOF
   out_jq '.stdout | test("dsec-init") | not'
   run -0 --separate-stderr dsec-run inspect "$id"
   out_jq '.backend == "fncall" and .spec.backend == "fncall"'
+}
+
+@test "fncall: a call's status and signal are its command's; what it left is gone when it is answered" {
+  local id
+  id=$(sb_create --backend fncall --user 1000:1000)
+  run -7 --separate-stderr dsec-run exec "$id" -- sh -c 'exit 7'
+  out_jq '.exit_code == 7 and .signal == null'
+  run -137 --separate-stderr dsec-run exec "$id" -- sh -c 'kill -9 $$'
+  out_jq '.exit_code == 137 and .signal == 9'
+  run -143 --separate-stderr dsec-run exec "$id" -- sh -c 'kill -TERM $$'
+  out_jq '.exit_code == 143 and .signal == 15'
+  # a background process of the sandbox's user (not the reaper's): gone
+  # by the time the answer comes, not only in the next call
+  run -0 --separate-stderr timeout 20 dsec-run exec "$id" -- sh -c \
+    'sleep 1234 & until ps -o comm | grep -qx sleep; do sleep 0.05; done; echo started'
+  out_jq '.stdout == "started\n"'
+  # (the sandbox's processes, from its cgroup: no sleep among them)
+  local procs p
+  procs=$(cg_file "$id" pids cgroup.procs)
+  grep -q . "$procs"
+  for p in $(cat "$procs"); do
+    [ "$(tr '\0' ' ' <"/proc/$p/cmdline" 2>/dev/null)" != "sleep 1234 " ]
+  done
 }
 
 # --- kill ----------------------------------------------------------------------

@@ -175,6 +175,32 @@ flood_cmd() {
   assert_within 262144
 }
 
+@test "an exec's own start is a process event with the pid the host gives it; what it starts is notified" {
+  local client pid i
+  sb_create
+  dsec-run exec "$SB" -- sleep 4321 >/dev/null 2>&1 3>&- &
+  client=$!
+  for ((i = 0; i < 100; i++)); do
+    pid=$(jq -r 'select(.type == "process" and .argv == ["sleep", "4321"]) | .pid' \
+      "$(events_file)")
+    [ -n "$pid" ] && break
+    sleep 0.1
+  done
+  # (the exec's start is told by its child, not seen by the listener:
+  # the pid is the socket's word for it, and it is the command's)
+  [ "$(tr '\0' ' ' <"/proc/$pid/cmdline")" = "sleep 4321 " ]
+  grep -Eq '^NSpid:[[:space:]]+[0-9]+[[:space:]]+[0-9]+' "/proc/$pid/status"
+  jq -s -e --argjson p "$pid" 'map(select(.type == "process" and .pid == $p))
+    | length == 1 and .[0].path == "/bin/sleep"' "$(events_file)"
+  dsec-run kill "$SB" >/dev/null
+  wait "$client" || true
+  # a start the command makes itself is the listener's, with its own pid
+  sb_exec sh -c '/bin/echo x; true'
+  jq -s -e 'map(select(.type == "process" and (.argv == ["sh", "-c", "/bin/echo x; true"]
+      or .argv == ["/bin/echo", "x"]))) | length == 2 and .[0].pid != .[1].pid' \
+    "$(events_file)"
+}
+
 @test "a long argv is truncated and marked in exec and process events" {
   local a t
   budget_spec 262144
