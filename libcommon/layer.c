@@ -591,11 +591,20 @@ int dsec_layer_materialise(struct dsec_store *s, const char *digest,
     _cleanup_free_ char *tmp = NULL;
     _cleanup_free_ char *tree = NULL;
     _cleanup_free_ char *sdir = NULL;
-    _cleanup_free_ char *base = xasprintf("dsec-%s-erofs-tree",
-                                          dsec_digest_hex(digest));
+    _cleanup_free_ char *base = NULL;
     _cleanup_close_ int shm = -1;
     struct dsec_tar_stats xs;
+    struct stat sst;
     int sfd = dfd, ret;
+    /* named for the store (its directory's device and inode) and the
+     * layer: the stale ones we may remove are those of this layer of this
+     * store, whose lock we hold; another store's conversion of the same
+     * layer at the same time keeps its tree */
+    if (fstat(s->fd, &sst) < 0)
+      return dsec_fail(err, errno, "cannot stat the store");
+    base = xasprintf("dsec-%llx.%llx-%s-erofs-tree",
+                     (unsigned long long) sst.st_dev,
+                     (unsigned long long) sst.st_ino, dsec_digest_hex(digest));
     clean_stale(dfd, "erofs-tree.tmp-");
     /* the tree is read once by mkfs.erofs and thrown away: in memory
      * (/dev/shm) when it fits, so that a conversion writes the image and

@@ -128,17 +128,22 @@ store_bytes() {
 }
 
 @test "a conversion's scratch tree is in memory (/dev/shm) or in the store, and gone after; stale ones of ours go, others' stay" {
-  local l=$(store_dir)/layers/$BBHEX stale=/dev/shm/dsec-$BBHEX-erofs-tree.tmp-stale
-  local foreign=/dev/shm/dsec-$BBHEX-erofs-tree.tmp-foreign
+  local l=$(store_dir)/layers/$BBHEX key stale foreign other
+  # scratch trees are named for the store (device.inode of its directory)
+  key=$(stat -c '%d %i' "$(store_dir)" | awk '{ printf("%x.%x", $1, $2) }')
+  stale=/dev/shm/dsec-$key-$BBHEX-erofs-tree.tmp-stale
+  foreign=/dev/shm/dsec-$key-$BBHEX-erofs-tree.tmp-foreign
+  # another store's conversion of the same layer, at work now
+  other=/dev/shm/dsec-1.1-$BBHEX-erofs-tree.tmp-other
   # what a killed conversion left, and a look-alike another user made
-  mkdir -p "$stale/tree" "$foreign"
+  mkdir -p "$stale/tree" "$foreign" "$other/tree"
   chown nobody "$foreign"
   rm "$l/layer.erofs" "$l/layer.erofs.json"
   run -0 --separate-stderr dsec-layer materialise --format erofs "$BB"
   [ -f "$l/layer.erofs" ]
-  [ ! -e "$stale" ] && [ -d "$foreign" ]
-  rmdir "$foreign"
-  [ -z "$(ls -d /dev/shm/dsec-"$BBHEX"-* 2>/dev/null)" ]
+  [ ! -e "$stale" ] && [ -d "$foreign" ] && [ -d "$other/tree" ]
+  rmdir "$foreign" "$other/tree" "$other"
+  [ -z "$(ls -d /dev/shm/dsec-"$key"-"$BBHEX"-* 2>/dev/null)" ]
   [ -z "$(ls -d "$l"/*.tmp-* 2>/dev/null)" ]
   # the same in the store when asked (or when memory is short)
   rm "$l/layer.erofs" "$l/layer.erofs.json"
