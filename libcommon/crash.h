@@ -30,4 +30,11 @@ void dsec_crash_point(const char *name);
  * "supervisor"); a static string. */
 void dsec_crash_role(const char *role);
 
+/* The same, for a process whose forks act for it under its role (serve
+ * and the process of each of its requests): a kill at a point one of
+ * them reaches kills this process first, then the fork, as a kill of
+ * the whole of it would.  A fork that names a role of its own
+ * (dsec_crash_role) leaves the group. */
+void dsec_crash_group(const char *role);
+
 #endif
