@@ -160,15 +160,36 @@ netns_note() {
 }
 
 # netns_left: the network namespaces netns_note saw that are still
-# alive, that is in use by a process, open in one, or mounted (an
-# `ip netns` name is a mount of one under /run/netns).
+# alive: a process of this run (its environment names DSEC_ROOT, or it
+# is in a cgroup of its sandboxes) in one or holding one open, or one
+# mounted under DSEC_ROOT, DSEC_RUN or /run/netns (an `ip netns` name)
+# with a sandbox's id.  (A namespace's inode number is used again once
+# it is gone: another's, on this host, is not this run's.)
 netns_left() {
+  local f ns p ids mp
   [ -s "$IT/netns" ] || return 0
-  {
-    find /proc/[0-9]*/ns/net /proc/[0-9]*/task/[0-9]*/ns/net \
-      /proc/[0-9]*/fd -lname 'net:\[*' -printf '%l\n'
-    grep -e ' - nsfs ' /proc/self/mountinfo | awk '{ print $4 }'
-  } 2>/dev/null | sort -u | grep -xF -f "$IT/netns" || true
+  ids=$(sort -u "$SB_IDS" | paste -sd '|')
+  find /proc/[0-9]*/ns/net /proc/[0-9]*/task/[0-9]*/ns/net /proc/[0-9]*/fd \
+    -lname 'net:\[*' -printf '%p %l\n' 2>/dev/null |
+    while read -r f ns; do
+      grep -qxF -e "$ns" "$IT/netns" || continue
+      p=${f#/proc/}
+      p=${p%%/*}
+      if grep -qxzF -e "DSEC_ROOT=$DSEC_ROOT" "/proc/$p/environ" 2>/dev/null ||
+        { [ -n "$ids" ] &&
+          grep -qE -e "/dsec/($ids)(/|\$)" "/proc/$p/cgroup" 2>/dev/null; }; then
+        echo "$ns: $f ($(cat "/proc/$p/comm" 2>/dev/null))"
+      fi
+    done
+  grep -e ' - nsfs ' /proc/self/mountinfo | awk '{ print $4, $5 }' |
+    while read -r ns mp; do
+      grep -qxF -e "$ns" "$IT/netns" || continue
+      case $mp in
+        "$DSEC_ROOT"/* | "$DSEC_RUN"/* | /run/netns/*sb-*)
+          echo "$ns: mounted on $mp"
+          ;;
+      esac
+    done
 }
 
 # nothing_left: no process, cgroup, mount, loop device, network
