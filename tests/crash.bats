@@ -103,6 +103,24 @@ prep_proxy() {
 
 op_create_proxy() { dsec-run create --spec - <<<"$PROXY_SPEC"; }
 
+# A task world: its service (busybox's httpd) joins the agent's network
+# namespace (the supervisor opens the agent's, and its init enters it);
+# the agent is in proxy mode, which the service shares.
+WORLD_SPEC='{"image":"busybox:1","network":{"mode":"proxy","allow":[]},
+  "services":[{"name":"web","image":"busybox:1",
+    "cmd":["httpd","-f","-p","8080","-h","/"],"ready":{"tcp":8080}}]}'
+
+prep_world() {
+  local id
+  id=$(crashing "$1" dsec-run create --spec - <<<"$WORLD_SPEC" | jq -r .id) ||
+    return
+  echo "$id" >"$IT/id"
+  echo "$id" >>"$SB_IDS"
+  crashing "$1" dsec-run exec --seq 1 "$id" -- sh -c "$CMD1" >"$IT/answer"
+}
+
+op_create_world() { dsec-run create --spec - <<<"$WORLD_SPEC"; }
+
 # --- tests -------------------------------------------------------------------
 
 @test "crash: the crash points list themselves and kill where told" {
@@ -131,3 +149,7 @@ op_create_proxy() { dsec-run create --spec - <<<"$PROXY_SPEC"; }
 @test "crash: layer create" { crash_all op_layer_create prep_none; }
 @test "crash: create with network proxy" { crash_all op_create_proxy prep_none; }
 @test "crash: rm with network proxy" { crash_all op_rm prep_proxy; }
+@test "crash: create a world (a service in the agent's network)" {
+  crash_all op_create_world prep_none
+}
+@test "crash: rm a world" { crash_all op_rm prep_world; }
