@@ -267,6 +267,24 @@ after_crash() {
     echo "$what: $id is $(sb_state "$id") after the rerun: $(cat "$IT/err2")" >&2
     return 1
   fi
+  # a suspend --release that was answered left the sandbox released: it
+  # resumes, with its trajectory
+  if [ "$op" = op_suspend ] && [ "$status" -eq 0 ]; then
+    st=$(sb_state "$id")
+    [ "$st" = suspended ] || {
+      echo "$what: $id, answered released, is $st: $(dsec-run inspect "$id")" >&2
+      return 1
+    }
+    op_resume >"$IT/resumed" 2>&1 || {
+      echo "$what: $id, answered released, does not resume: $(cat "$IT/resumed")" >&2
+      return 1
+    }
+    settle || { echo "$what" >&2; return 1; }
+    replays "$id" 1 "$CMD1" "$(jq -c .stdout "$IT/answer")" || {
+      echo "$what: after the resume" >&2
+      return 1
+    }
+  fi
   # what the crash left is unseen
   dsec-layer verify >"$IT/verify" 2>/dev/null || true
   leftovers_only <"$IT/verify" || {
