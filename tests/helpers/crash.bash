@@ -224,6 +224,42 @@ settle() {
   return 1
 }
 
+# answer_kept OP STATUS ID: what OP answered ($IT/out, STATUS 0) holds
+# after the kill: a created or forked sandbox is listed, a removed one is
+# not, an answered checkpoint is in the store and in the trajectory.
+answer_kept() {
+  local op=$1 status=$2 id=$3 sb d
+  [ "$status" -eq 0 ] || return 0
+  case $op in
+    op_create* | op_fork)
+      for sb in $(jq -r 'select(.type == "sandbox") | .id' "$IT/out"); do
+        [ -n "$(sb_state "$sb")" ] || {
+          echo "$sb, answered, is not listed: $(cat "$IT/out")" >&2
+          return 1
+        }
+      done
+      ;;
+    op_rm)
+      [ -z "$(sb_state "$id")" ] && [ ! -e "$DSEC_ROOT/sandboxes/$id" ] || {
+        echo "$id, answered removed, is $(sb_state "$id")" >&2
+        return 1
+      }
+      ;;
+    op_checkpoint)
+      d=$(jq -r .layer.digest "$IT/out")
+      dsec-layer inspect "$d" >/dev/null || {
+        echo "checkpoint $d, answered, is not in the store" >&2
+        return 1
+      }
+      jq -e -s --arg d "$d" 'any(.[]; .type == "checkpoint" and .layer == $d)' \
+        "$DSEC_ROOT/sandboxes/$id/trajectory.jsonl" >/dev/null || {
+        echo "checkpoint $d, answered, is not in the trajectory" >&2
+        return 1
+      }
+      ;;
+  esac
+}
+
 # after_crash OP PREP WHAT STATUS: the checks (see the top of the file);
 # WHAT names the crash in messages.
 after_crash() {
@@ -248,6 +284,7 @@ after_crash() {
       return 1
     }
   fi
+  answer_kept "$op" "$status" "$id" || { echo "$what" >&2; return 1; }
   # the same command again
   st=0
   "$op" >"$IT/out2" 2>"$IT/err2" || st=$?
