@@ -5,7 +5,8 @@
  *
  *   DSEC_CRASH_LIST=FILE  each point reached, by any process of the run,
  *                         appends "ROLE NAME" to FILE (ROLE: the program,
- *                         or "supervisor"); the points of a run are
+ *                         "supervisor", or "serve" for dsec-run serve and
+ *                         its requests' processes); the points of a run are
  *                         numbered in that order across its processes
  *   DSEC_CRASH_AT=N       the process reaching point N (counting from 1,
  *                         with DSEC_CRASH_LIST) raises SIGKILL on itself

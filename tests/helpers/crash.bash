@@ -240,10 +240,10 @@ answer_kept() {
       done
       ;;
     op_rm)
-      [ -z "$(sb_state "$id")" ] && [ ! -e "$DSEC_ROOT/sandboxes/$id" ] || {
+      if [ -n "$(sb_state "$id")" ] || [ -e "$DSEC_ROOT/sandboxes/$id" ]; then
         echo "$id, answered removed, is $(sb_state "$id")" >&2
         return 1
-      }
+      fi
       ;;
     op_checkpoint)
       d=$(jq -r .layer.digest "$IT/out")
