@@ -1352,7 +1352,8 @@ static void ctr_stop(struct dsec_engine *e)
     while (waitpid(s->init_pid, NULL, 0) < 0 && errno == EINTR)
       ;
   }
-  /* init's network namespace is held by the proxy's port alone */
+  /* init is gone: its network namespace lives on only in the proxy's
+   * sockets, ours */
   if (s->proxy_lfd >= 0)
     dsec_crash_point("proxy init stopped");
 }
