@@ -69,6 +69,7 @@
 
 #include "audit.h"
 #include "cgroup.h"
+#include "crash.h"
 #include "ctl.h"
 #include "engine.h"
 #include "exec.h"
@@ -1646,6 +1647,10 @@ static void ctr_stop(struct dsec_engine *e)
     while (waitpid(s->init_pid, NULL, 0) < 0 && errno == EINTR)
       ;
   }
+  /* init is gone: its network namespace lives on only in the proxy's
+   * sockets, ours */
+  if (s->proxy_lfd >= 0)
+    dsec_crash_point("proxy init stopped");
   /* what it read of its images, for the next host to mount them */
   for (size_t i = 0; i < s->n_erofs; i++)
     dsec_layer_hot_note(s->erofs_images[i]);
@@ -3265,9 +3270,16 @@ _Noreturn void dsec_supervisor_main(struct dsec_container_opts *o)
     dsec_engine_fail(e, err);
   /* masked files get an empty file of their own, whose opens are
    * recorded */
-  if (make_masks(s, &err) < 0 || start_init(s, &err) < 0 ||
-      watch_sandbox(s, &err) < 0)
+  if (make_masks(s, &err) < 0 || start_init(s, &err) < 0)
     dsec_engine_fail(e, err);
+  /* init is in its network namespace; in proxy mode its port's listening
+   * socket is ours */
+  if (s->proxy_lfd >= 0)
+    dsec_crash_point("proxy port received");
+  if (watch_sandbox(s, &err) < 0)
+    dsec_engine_fail(e, err);
+  if (s->proxy_lfd >= 0)
+    dsec_crash_point("proxy serving");
   /* what the creation freed goes back before the sandbox idles */
   malloc_trim(0);
   {

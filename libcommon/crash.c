@@ -23,11 +23,19 @@ static struct {
   const char *at;   /* DSEC_CRASH_AT */
   const char *list; /* DSEC_CRASH_LIST */
   const char *role;
+  pid_t leader; /* dsec_crash_group's process, 0 without */
 } crash;
 
 void dsec_crash_role(const char *role)
 {
   crash.role = role;
+  crash.leader = 0;
+}
+
+void dsec_crash_group(const char *role)
+{
+  crash.role = role;
+  crash.leader = getpid();
 }
 
 /* Appends line (with its newline) to the list under its lock; *n gets
@@ -84,6 +92,9 @@ void dsec_crash_point(const char *name)
       (n > 0 && strtol(crash.at, NULL, 10) == n) ||
       (k > 0 && hash && strtol(hash + 1, NULL, 10) == k &&
        strncmp(crash.at, line, (size_t) (hash - crash.at)) == 0 &&
-       line[hash - crash.at] == '\n'))
+       line[hash - crash.at] == '\n')) {
+    if (crash.leader > 0 && crash.leader != getpid())
+      kill(crash.leader, SIGKILL);
     raise(SIGKILL);
+  }
 }

@@ -5,7 +5,8 @@
  *
  *   DSEC_CRASH_LIST=FILE  each point reached, by any process of the run,
  *                         appends "ROLE NAME" to FILE (ROLE: the program,
- *                         or "supervisor"); the points of a run are
+ *                         "supervisor", or "serve" for dsec-run serve and
+ *                         its requests' processes); the points of a run are
  *                         numbered in that order across its processes
  *   DSEC_CRASH_AT=N       the process reaching point N (counting from 1,
  *                         with DSEC_CRASH_LIST) raises SIGKILL on itself
@@ -29,5 +30,12 @@ void dsec_crash_point(const char *name);
 /* Names this process's role in the list (a forked supervisor says
  * "supervisor"); a static string. */
 void dsec_crash_role(const char *role);
+
+/* The same, for a process whose forks act for it under its role (serve
+ * and the process of each of its requests): a kill at a point one of
+ * them reaches kills this process first, then the fork, as a kill of
+ * the whole of it would.  A fork that names a role of its own
+ * (dsec_crash_role) leaves the group. */
+void dsec_crash_group(const char *role);
 
 #endif

@@ -2118,6 +2118,10 @@ static json_t *engine_suspend(struct dsec_engine *e, bool release)
     bool ended = false;
     json_t *r = e->ops->release(e, &ended);
     e->released = ended;
+    /* released on disk before the answer: a kill while we tear down
+     * leaves it resumable (dsec_sandbox_release_cut) */
+    if (ended)
+      dsec_engine_write_state(e);
     return r;
   }
   if (release) {
@@ -2127,6 +2131,7 @@ static json_t *engine_suspend(struct dsec_engine *e, bool release)
       return cp;
     json_object_set_new(e->state, "released", json_true());
     e->released = true;
+    dsec_engine_write_state(e);
     json_object_set_new(cp, "type", json_string("suspended"));
     json_object_set_new(cp, "released", json_true());
     dsec_engine_event(e, json_pack("{s:s, s:b}", "type", "suspended",

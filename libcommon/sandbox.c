@@ -290,6 +290,19 @@ bool dsec_sandbox_resume_cut(json_t *st)
              json_object_get(st, "supervisor_start")));
 }
 
+bool dsec_sandbox_release_cut(json_t *st)
+{
+  const char *state = json_string_value(json_object_get(st, "state"));
+  return state && strcmp(state, "running") == 0 &&
+         json_is_true(json_object_get(st, "released")) &&
+         (json_is_string(json_object_get(st, "checkpoint")) ||
+          json_is_string(json_object_get(st, "snapshot"))) &&
+         !dsec_process_alive(
+           (pid_t) json_integer_value(json_object_get(st, "supervisor_pid")),
+           (uint64_t) json_integer_value(
+             json_object_get(st, "supervisor_start")));
+}
+
 json_t *dsec_sandbox_status(const char *id, struct dsec_error **err)
 {
   _cleanup_error_ struct dsec_error *e = NULL;
@@ -324,6 +337,13 @@ json_t *dsec_sandbox_status(const char *id, struct dsec_error **err)
     json_object_set_new(st, "released", json_true());
     json_object_set_new(st, "cause", json_string("resume interrupted"));
     json_object_del(st, "resuming");
+    return st;
+  }
+  /* nor has one whose supervisor was killed tearing it down after its
+   * release was answered: released all the same */
+  if (dsec_sandbox_release_cut(st)) {
+    json_object_set_new(st, "state", json_string("suspended"));
+    json_object_set_new(st, "cause", json_string("release interrupted"));
     return st;
   }
   if (state && (strcmp(state, "running") == 0 ||

@@ -55,6 +55,11 @@ json_t *dsec_sandbox_status(const char *id, struct dsec_error **err);
  * is gone, with the checkpoint or snapshot it resumed from. */
 bool dsec_sandbox_resume_cut(json_t *st);
 
+/* A state written by a supervisor that released the sandbox ("released"
+ * with its checkpoint or snapshot, the answer given) and was killed
+ * before it could write its end. */
+bool dsec_sandbox_release_cut(json_t *st);
+
 /* All sandbox ids, sorted (new array). */
 json_t *dsec_sandbox_list(struct dsec_error **err);
 

@@ -573,10 +573,11 @@ static const char *sandbox_reason(struct reap *r, const char *id, json_t *st,
   }
   if ((s && strcmp(s, "suspended") == 0 &&
        json_is_true(json_object_get(st, "released"))) ||
-      dsec_sandbox_resume_cut(st)) {
+      dsec_sandbox_resume_cut(st) || dsec_sandbox_release_cut(st)) {
     /* released: no supervisor by design, waiting for a resume (which
      * gives it a new ttl), or again after a resume killed before its
-     * supervisor ran; only training progress takes it */
+     * supervisor ran, or after a release killed once answered; only
+     * training progress takes it */
     if (r->o->min_step_set && label_step(spec, &step) && step < r->o->min_step)
       return "step";
     return NULL;

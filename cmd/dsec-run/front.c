@@ -3603,11 +3603,15 @@ static void serve_flush(struct serve_job *j, bool eof)
       break;
     m = json_loadb(start, (size_t) (nl - start), JSON_ALLOW_NUL, NULL);
     if (m) {
-      if (strcmp(json_string_value(json_object_get(m, "type")) ?: "", "output"))
+      bool answer =
+        strcmp(json_string_value(json_object_get(m, "type")) ?: "", "output");
+      if (answer)
         j->answered = true;
       if (j->rid)
         json_object_set(m, "rid", j->rid);
       dsec_json_print_new(m, NULL);
+      if (answer)
+        dsec_crash_point("answer written");
     }
     start = nl + 1;
   }
@@ -3663,6 +3667,7 @@ static int serve_start(const struct dsec_front *front, const char *line,
                                      NULL, 0, false };
   (*njobs)++;
   json_decref(req);
+  dsec_crash_point("request started");
   return 0;
 }
 
@@ -3682,6 +3687,8 @@ static int do_serve(const struct dsec_front *front, struct dsec_error **err)
 
   /* answers are written whole; a reader that goes away ends us */
   setvbuf(stdout, NULL, _IONBF, 0);
+  /* a crash test's kill of serve takes its requests' processes too */
+  dsec_crash_group("serve");
   while (in_open || njobs > 0 || inlen > 0) {
     struct pollfd pf[SERVE_MAX_INFLIGHT + 1];
     size_t n = 0;
