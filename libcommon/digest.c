@@ -87,13 +87,8 @@ int dsec_sha256_fd(int fd, char out[DSEC_DIGEST_LEN + 1], uint64_t *size,
 
 bool dsec_digest_valid(const char *digest)
 {
-  if (!digest || strncmp(digest, "sha256:", 7) != 0 ||
-      strlen(digest) != DSEC_DIGEST_LEN)
-    return false;
-  for (const char *p = digest + 7; *p; p++)
-    if (!((*p >= '0' && *p <= '9') || (*p >= 'a' && *p <= 'f')))
-      return false;
-  return true;
+  return digest && strncmp(digest, "sha256:", 7) == 0 &&
+         dsec_digest_hex_valid(digest + 7);
 }
 
 const char *dsec_digest_hex(const char *digest) { return digest + 7; }

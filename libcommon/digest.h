@@ -6,6 +6,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 #include "error.h"
 
@@ -28,6 +29,14 @@ int dsec_sha256_fd(int fd, char out[DSEC_DIGEST_LEN + 1], uint64_t *size,
 
 /* True for "sha256:" followed by exactly 64 lowercase hex digits. */
 bool dsec_digest_valid(const char *digest);
+/* True for exactly 64 lowercase hex digits (a digest's hex part, as the
+ * store names its objects).  Inline: callers format what passed into
+ * digest-sized buffers, and the compiler then knows its length. */
+static inline bool dsec_digest_hex_valid(const char *hex)
+{
+  return hex && strlen(hex) == DSEC_SHA256_HEX_LEN &&
+         strspn(hex, "0123456789abcdef") == DSEC_SHA256_HEX_LEN;
+}
 /* The hex part of a valid digest (borrowed, points into digest). */
 const char *dsec_digest_hex(const char *digest);
 

@@ -300,6 +300,21 @@ static int rm_rf_children(int fd, dev_t dev, struct dsec_error **err)
   return ret;
 }
 
+DIR *dsec_opendir_at(int dirfd, const char *name)
+{
+  int fd = openat(dirfd, name, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  DIR *d;
+  if (fd < 0)
+    return NULL;
+  d = fdopendir(fd);
+  if (!d) {
+    int e = errno;
+    close(fd);
+    errno = e;
+  }
+  return d;
+}
+
 int dsec_rm_rf_at(int dirfd, const char *name, struct dsec_error **err)
 {
   struct stat st;

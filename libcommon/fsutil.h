@@ -4,6 +4,7 @@
 #ifndef DSEC_FSUTIL_H
 #define DSEC_FSUTIL_H
 
+#include <dirent.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <sys/types.h>
@@ -44,6 +45,10 @@ int dsec_open_dir_at(int dirfd, const char *path, bool create,
 /* rm -rf of dirfd/name without following symlinks or crossing mounts;
  * a missing name is not an error. */
 int dsec_rm_rf_at(int dirfd, const char *name, struct dsec_error **err);
+
+/* dirfd/name as a directory stream (its own descriptor), or NULL with
+ * errno set. */
+DIR *dsec_opendir_at(int dirfd, const char *name);
 /* Bytes allocated on disk under dirfd/name (st_blocks * 512), not
  * crossing mounts; a hardlinked file counts once per name. */
 int64_t dsec_disk_usage_at(int dirfd, const char *name);

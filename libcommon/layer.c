@@ -266,16 +266,10 @@ int dsec_layer_create(struct dsec_store *s,
 
 static int clean_stale(int dfd, const char *prefix)
 {
-  _cleanup_closedir_ DIR *d = NULL;
+  _cleanup_closedir_ DIR *d = dsec_opendir_at(dfd, ".");
   struct dirent *de;
-  int fd = openat(dfd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 
-  if (fd < 0 || !(d = fdopendir(fd))) {
-    if (fd >= 0)
-      close(fd);
-    return 0;
-  }
-  while ((de = readdir(d)))
+  while (d && (de = readdir(d)))
     if (dsec_str_has_prefix(de->d_name, prefix)) {
       _cleanup_error_ struct dsec_error *e = NULL;
       dsec_rm_rf_at(dfd, de->d_name, &e);
@@ -287,16 +281,10 @@ static int clean_stale(int dfd, const char *prefix)
  * directories of our own euid go, a link or another's entry stays. */
 static void clean_own_stale(int dfd, const char *prefix)
 {
-  _cleanup_closedir_ DIR *d = NULL;
+  _cleanup_closedir_ DIR *d = dsec_opendir_at(dfd, ".");
   struct dirent *de;
-  int fd = openat(dfd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 
-  if (fd < 0 || !(d = fdopendir(fd))) {
-    if (fd >= 0)
-      close(fd);
-    return;
-  }
-  while ((de = readdir(d))) {
+  while (d && (de = readdir(d))) {
     struct stat st;
     if (dsec_str_has_prefix(de->d_name, prefix) &&
         fstatat(dfd, de->d_name, &st, AT_SYMLINK_NOFOLLOW) == 0 &&

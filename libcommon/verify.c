@@ -46,12 +46,6 @@ struct verify {
 typedef int (*fix_fn)(struct verify *v, int dirfd, const char *name,
                       struct dsec_error **err);
 
-static bool hex64(const char *s)
-{
-  return strlen(s) == DSEC_SHA256_HEX_LEN &&
-         strspn(s, "0123456789abcdef") == DSEC_SHA256_HEX_LEN;
-}
-
 static bool is_tmp_name(const char *name)
 {
   return strstr(name, ".tmp-") != NULL;
@@ -187,18 +181,6 @@ static bool too_young(struct verify *v, int dirfd, const char *name)
   return v->o->no_partial || young(v, dirfd, name);
 }
 
-static DIR *opendir_at(int dirfd, const char *name)
-{
-  int fd = openat(dirfd, name, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  DIR *d;
-  if (fd < 0)
-    return NULL;
-  d = fdopendir(fd);
-  if (!d)
-    close(fd);
-  return d;
-}
-
 /* Whether path is mounted, under a mount or backing a loop device. */
 static bool path_mounted(struct verify *v, const char *path)
 {
@@ -226,7 +208,7 @@ static char *layer_busy(struct verify *v, const char *hex)
 
 static int check_blobs(struct verify *v, struct dsec_error **err)
 {
-  _cleanup_closedir_ DIR *d = opendir_at(v->s->blobs_fd, ".");
+  _cleanup_closedir_ DIR *d = dsec_opendir_at(v->s->blobs_fd, ".");
   struct dirent *de;
   int ret = 0;
 
@@ -246,7 +228,7 @@ static int check_blobs(struct verify *v, struct dsec_error **err)
                       v->s->blobs_fd, de->d_name, err);
       continue;
     }
-    if (!hex64(de->d_name)) {
+    if (!dsec_digest_hex_valid(de->d_name)) {
       ret = finding(v, "blob", id, "not a blob's name", "remove", fix_rm_rf,
                     v->s->blobs_fd, de->d_name, err);
       continue;
@@ -300,7 +282,7 @@ static bool blob_ok(struct verify *v, const char *digest)
 static int check_layer_tmp(struct verify *v, int dfd, const char *hex,
                            struct dsec_error **err)
 {
-  _cleanup_closedir_ DIR *d = opendir_at(dfd, ".");
+  _cleanup_closedir_ DIR *d = dsec_opendir_at(dfd, ".");
   _cleanup_close_ int lock = -1;
   _cleanup_free_ char *lockname = xasprintf("layer-%s", hex);
   struct dirent *de;
@@ -444,7 +426,7 @@ static int check_layer(struct verify *v, const char *hex,
 
 static int check_layers(struct verify *v, struct dsec_error **err)
 {
-  _cleanup_closedir_ DIR *d = opendir_at(v->s->layers_fd, ".");
+  _cleanup_closedir_ DIR *d = dsec_opendir_at(v->s->layers_fd, ".");
   struct dirent *de;
   int ret = 0;
 
@@ -463,7 +445,7 @@ static int check_layers(struct verify *v, struct dsec_error **err)
         dsec_str_has_prefix(de->d_name, TRASH_PREFIX))
       ret = finding(v, "tmp", id, "partial object", "remove", fix_rm_rf,
                     v->s->layers_fd, de->d_name, err);
-    else if (hex64(de->d_name))
+    else if (dsec_digest_hex_valid(de->d_name))
       ret = check_layer(v, de->d_name, err);
   }
   return ret;
@@ -504,7 +486,7 @@ static char *image_problem(struct verify *v, const char *digest,
 
 static int check_images(struct verify *v, struct dsec_error **err)
 {
-  _cleanup_closedir_ DIR *d = opendir_at(v->s->images_fd, ".");
+  _cleanup_closedir_ DIR *d = dsec_opendir_at(v->s->images_fd, ".");
   struct dirent *de;
   int ret = 0;
 
@@ -573,7 +555,7 @@ static char *name_problem(struct verify *v, int dirfd, const char *path,
 static int check_refs_in(struct verify *v, const char *prefix,
                          struct dsec_error **err)
 {
-  _cleanup_closedir_ DIR *d = opendir_at(v->s->refs_fd, prefix ? prefix : ".");
+  _cleanup_closedir_ DIR *d = dsec_opendir_at(v->s->refs_fd, prefix ? prefix : ".");
   struct dirent *de;
   int ret = 0;
 
@@ -619,7 +601,7 @@ static int check_refs_in(struct verify *v, const char *prefix,
 
 static int check_sources(struct verify *v, struct dsec_error **err)
 {
-  _cleanup_closedir_ DIR *d = opendir_at(v->s->sources_fd, ".");
+  _cleanup_closedir_ DIR *d = dsec_opendir_at(v->s->sources_fd, ".");
   struct dirent *de;
   int ret = 0;
 
@@ -711,7 +693,7 @@ static int check_vm(struct verify *v, struct dsec_error **err)
   if (vm_fd < 0)
     return errno == ENOENT ? 0 : dsec_fail(err, errno, "cannot open %s/vm",
                                            v->s->path);
-  d = opendir_at(vm_fd, ".");
+  d = dsec_opendir_at(vm_fd, ".");
   if (!d)
     return dsec_fail(err, errno, "cannot read %s/vm", v->s->path);
   while (ret == 0 && (de = readdir(d))) {
@@ -726,7 +708,7 @@ static int check_vm(struct verify *v, struct dsec_error **err)
       if (!too_young(v, vm_fd, de->d_name))
         ret = finding(v, "tmp", id, "partial object", "remove", fix_vm_entry,
                       vm_fd, de->d_name, err);
-    } else if (hex64(de->d_name)) {
+    } else if (dsec_digest_hex_valid(de->d_name)) {
       v->c->vm_boot++;
       why = vm_entry_problem(vm_fd, de->d_name);
       if (why)
@@ -750,7 +732,7 @@ static int check_vm(struct verify *v, struct dsec_error **err)
  * crash's leftover. */
 static int check_tmp(struct verify *v, struct dsec_error **err)
 {
-  _cleanup_closedir_ DIR *d = opendir_at(v->s->tmp_fd, ".");
+  _cleanup_closedir_ DIR *d = dsec_opendir_at(v->s->tmp_fd, ".");
   struct dirent *de;
   time_t now = time(NULL);
   int ret = 0;

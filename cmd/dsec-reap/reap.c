@@ -132,25 +132,6 @@ static bool is_tmp_name(const char *name)
   return strstr(name, ".tmp-") != NULL;
 }
 
-static bool hex64(const char *s)
-{
-  return strlen(s) == DSEC_SHA256_HEX_LEN &&
-         strspn(s, "0123456789abcdef") == DSEC_SHA256_HEX_LEN;
-}
-
-/* dirfd/name as a directory stream (NULL when it cannot be opened). */
-static DIR *opendir_at(int dirfd, const char *name)
-{
-  int fd = openat(dirfd, name, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  DIR *d;
-  if (fd < 0)
-    return NULL;
-  d = fdopendir(fd);
-  if (!d)
-    close(fd);
-  return d;
-}
-
 /* ---- the trainer's progress */
 
 int dsec_reap_progress_read(const char *file, int64_t *min_step,
@@ -294,7 +275,7 @@ static void scan_procs(struct reap *r, struct procs *p)
     if (!start)
       continue;
     snprintf(path, sizeof path, "%d/fd", (int) pid);
-    fds = opendir_at(dirfd(d), path);
+    fds = dsec_opendir_at(dirfd(d), path);
     if (!fds) {
       if (errno != ENOENT && dsec_process_starttime(pid) == start)
         p->uncertain = true;
@@ -949,7 +930,7 @@ static int reap_ids(struct reap *r, struct dsec_error **err)
 static int reap_stale_in(struct reap *r, int dirfd, const char *path,
                          bool recurse, struct dsec_error **err)
 {
-  _cleanup_closedir_ DIR *d = opendir_at(dirfd, ".");
+  _cleanup_closedir_ DIR *d = dsec_opendir_at(dirfd, ".");
   struct dirent *de;
   int ret = 0;
 
@@ -1012,7 +993,7 @@ static int reap_root_tmp(struct reap *r, struct dsec_error **err)
   if (ret < 0)
     return ret;
   /* and each sandbox's own (state.json.tmp-...), not inside upper/ */
-  d = opendir_at(sb, ".");
+  d = dsec_opendir_at(sb, ".");
   while (d && (de = readdir(d)) && ret == 0) {
     _cleanup_close_ int fd = -1;
     _cleanup_free_ char *path = NULL;
@@ -1251,7 +1232,7 @@ static json_t *mark_live(struct reap *r, struct dsec_store *s,
   live = json_object();
   json_array_foreach(refs, i, v)
     mark(s, live, json_string_value(json_object_get(v, "digest")));
-  d = opendir_at(s->sources_fd, ".");
+  d = dsec_opendir_at(s->sources_fd, ".");
   while (d && (de = readdir(d))) {
     _cleanup_free_ char *buf = NULL;
     _cleanup_json_ json_t *j = NULL;
@@ -1268,7 +1249,7 @@ static json_t *mark_live(struct reap *r, struct dsec_store *s,
    * would: see STALE_S */
   dsec_closedirp(&d);
   d = NULL;
-  d = opendir_at(s->images_fd, ".");
+  d = dsec_opendir_at(s->images_fd, ".");
   while (d && (de = readdir(d))) {
     char digest[DSEC_DIGEST_LEN + 1];
     if (strlen(de->d_name) != DSEC_SHA256_HEX_LEN + 5 ||
@@ -1313,7 +1294,7 @@ static void find_candidates(struct reap *r, struct dsec_store *s, json_t *live,
   _cleanup_closedir_ DIR *d = NULL;
   struct dirent *de;
 
-  d = opendir_at(s->images_fd, ".");
+  d = dsec_opendir_at(s->images_fd, ".");
   while (d && (de = readdir(d))) {
     char hex[DSEC_SHA256_HEX_LEN + 1], digest[DSEC_DIGEST_LEN + 1];
     _cleanup_json_ json_t *img = NULL;
@@ -1324,7 +1305,7 @@ static void find_candidates(struct reap *r, struct dsec_store *s, json_t *live,
       continue;
     snprintf(hex, sizeof hex, "%.64s", de->d_name);
     snprintf(digest, sizeof digest, "sha256:%s", hex);
-    if (!hex64(hex) || json_object_get(live, digest))
+    if (!dsec_digest_hex_valid(hex) || json_object_get(live, digest))
       continue;
     add_cand(v, n, "image", hex,
              dsec_disk_usage_at(s->images_fd, de->d_name) +
@@ -1344,13 +1325,13 @@ static void find_candidates(struct reap *r, struct dsec_store *s, json_t *live,
   dsec_closedirp(&d);
   d = NULL;
 
-  d = opendir_at(s->layers_fd, ".");
+  d = dsec_opendir_at(s->layers_fd, ".");
   while (d && (de = readdir(d))) {
     char digest[DSEC_DIGEST_LEN + 1];
     time_t t;
     static const char *const parts[] = { "meta.json", "rootfs", "layer.erofs",
                                          "layer.pmem" };
-    if (!hex64(de->d_name))
+    if (!dsec_digest_hex_valid(de->d_name))
       continue;
     snprintf(digest, sizeof digest, "sha256:%s", de->d_name);
     if (json_object_get(live, digest) || layer_mounted(r, s, de->d_name))
@@ -1385,10 +1366,10 @@ static void find_candidates(struct reap *r, struct dsec_store *s, json_t *live,
                (time_t) json_integer_value(json_object_get(e, "mtime")));
   }
 
-  d = opendir_at(s->blobs_fd, ".");
+  d = dsec_opendir_at(s->blobs_fd, ".");
   while (d && (de = readdir(d))) {
     char digest[DSEC_DIGEST_LEN + 1];
-    if (!hex64(de->d_name))
+    if (!dsec_digest_hex_valid(de->d_name))
       continue;
     snprintf(digest, sizeof digest, "sha256:%s", de->d_name);
     if (json_object_get(live, digest) || json_object_get(claimed, digest))
@@ -1414,7 +1395,7 @@ static int cmp_cand(const void *a, const void *b)
 
 static bool has_tmp_entries(int dirfd, const char *name)
 {
-  _cleanup_closedir_ DIR *d = opendir_at(dirfd, name);
+  _cleanup_closedir_ DIR *d = dsec_opendir_at(dirfd, name);
   struct dirent *de;
   while (d && (de = readdir(d)))
     if (is_tmp_name(de->d_name))
@@ -1556,7 +1537,7 @@ static int store_gc(struct reap *r, struct dsec_store *s, int64_t *store_bytes,
 static int reap_store_tmp(struct reap *r, struct dsec_store *s,
                           struct dsec_error **err)
 {
-  _cleanup_closedir_ DIR *d = opendir_at(s->tmp_fd, ".");
+  _cleanup_closedir_ DIR *d = dsec_opendir_at(s->tmp_fd, ".");
   struct dirent *de;
   int ret = 0;
 
@@ -1621,13 +1602,13 @@ static int reap_store_stale(struct reap *r, struct dsec_store *s,
     _cleanup_free_ char *path = xasprintf("%s/%s", s->path, dirs[i].name);
     ret = reap_stale_in(r, dirs[i].fd, path, dirs[i].recurse, err);
   }
-  d = opendir_at(s->layers_fd, ".");
+  d = dsec_opendir_at(s->layers_fd, ".");
   while (d && (de = readdir(d)) && ret == 0) {
     _cleanup_close_ int fd = -1;
     _cleanup_close_ int lock = -1;
     _cleanup_free_ char *path = NULL;
     char digest[DSEC_DIGEST_LEN + 1];
-    if (!hex64(de->d_name) || !has_tmp_entries(s->layers_fd, de->d_name))
+    if (!dsec_digest_hex_valid(de->d_name) || !has_tmp_entries(s->layers_fd, de->d_name))
       continue;
     snprintf(digest, sizeof digest, "sha256:%s", de->d_name);
     if (!r->o->dry_run) {
