@@ -277,11 +277,13 @@ bool dsec_process_alive(pid_t pid, uint64_t starttime)
   return pid > 0 && starttime && dsec_process_starttime(pid) == starttime;
 }
 
-bool dsec_sandbox_resume_cut(json_t *st)
+/* st is in state with flag set and a checkpoint (or snapshot) to go on
+ * from, and its supervisor is dead: a resume or a release cut short. */
+static bool cut_short(json_t *st, const char *state, const char *flag)
 {
-  const char *state = json_string_value(json_object_get(st, "state"));
-  return state && strcmp(state, "creating") == 0 &&
-         json_is_true(json_object_get(st, "resuming")) &&
+  const char *s = json_string_value(json_object_get(st, "state"));
+  return s && strcmp(s, state) == 0 &&
+         json_is_true(json_object_get(st, flag)) &&
          (json_is_string(json_object_get(st, "checkpoint")) ||
           json_is_string(json_object_get(st, "snapshot"))) &&
          !dsec_process_alive(
@@ -290,17 +292,14 @@ bool dsec_sandbox_resume_cut(json_t *st)
              json_object_get(st, "supervisor_start")));
 }
 
+bool dsec_sandbox_resume_cut(json_t *st)
+{
+  return cut_short(st, "creating", "resuming");
+}
+
 bool dsec_sandbox_release_cut(json_t *st)
 {
-  const char *state = json_string_value(json_object_get(st, "state"));
-  return state && strcmp(state, "running") == 0 &&
-         json_is_true(json_object_get(st, "released")) &&
-         (json_is_string(json_object_get(st, "checkpoint")) ||
-          json_is_string(json_object_get(st, "snapshot"))) &&
-         !dsec_process_alive(
-           (pid_t) json_integer_value(json_object_get(st, "supervisor_pid")),
-           (uint64_t) json_integer_value(
-             json_object_get(st, "supervisor_start")));
+  return cut_short(st, "running", "released");
 }
 
 json_t *dsec_sandbox_status(const char *id, struct dsec_error **err)
