@@ -223,6 +223,9 @@ static const char *const masked_paths[] = {
   "/proc/sys/kernel/core_pattern", NULL,
 };
 
+/* The mask file system's empty directory, bound over masked directories */
+#define MASK_DIR "dsec-mask-dir"
+
 /* Kept readable but read-only. */
 static const char *const readonly_paths[] = {
   "/proc/sys", "/proc/irq", "/proc/bus", "/proc/fs", NULL,
@@ -287,8 +290,13 @@ static int mount_in_root(const char *fstype, const char *path, uint64_t attrs)
 
 
 /* Masks run inside the sandbox's root (after pivot_root), so no path can
- * lead out of it.  Files get /dev/null, directories an empty read-only
- * tmpfs.  Also used by fncall calls over their own /proc. */
+ * lead out of it.  Files get a watched empty file (or /dev/null),
+ * directories the mask file system's empty directory: a bind, not a tmpfs
+ * each, because every superblock takes a shrinker id that each memory
+ * cgroup on the host then carries a slot for (1 KiB per 64 ids, the high
+ * mark never shrinks), so file systems per sandbox cost memory that grows
+ * with the square of the density.  Also used by fncall calls over their
+ * own /proc, where there is no mask directory: a tmpfs of their own. */
 static void mask_paths(void)
 {
   for (const char *const *p = readonly_paths; *p; p++) {
@@ -303,6 +311,12 @@ static void mask_paths(void)
     if (lstat(p, &st) < 0)
       continue;
     if (S_ISDIR(st.st_mode)) {
+      if (mount("/dev/" MASK_DIR, p, NULL, MS_BIND, NULL) == 0) {
+        /* read-only as its source mount is; said again with the rest */
+        mount(NULL, p, NULL, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID |
+                               MS_NODEV | MS_NOEXEC, NULL);
+        continue;
+      }
       mount("tmpfs", p, "tmpfs", MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC,
             "size=0,mode=555");
       continue;
@@ -2261,6 +2275,10 @@ static int make_masks(struct sup *s, struct dsec_error **err)
     }
     close(fd);
   }
+  /* host root's, mode 0555, on a read-only mount: nothing in the sandbox
+   * can put a file in it */
+  if (mkdirat(mnt, MASK_DIR, 0555) < 0)
+    return dsec_fail(err, errno, "cannot make the mask directory");
   if (syscall(SYS_mount_setattr, mnt, "", AT_EMPTY_PATH, &ro, sizeof ro) < 0 ||
       syscall(SYS_move_mount, mnt, "", dev, "",
               MOVE_MOUNT_F_EMPTY_PATH | MOVE_MOUNT_T_EMPTY_PATH) < 0)

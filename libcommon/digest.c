@@ -2,10 +2,61 @@
 
 #include "digest.h"
 
+#include <dlfcn.h>
 #include <errno.h>
 #include <openssl/evp.h>
+#include <pthread.h>
+#include <stdio.h>
 #include <string.h>
 #include <unistd.h>
+
+/* libcrypto is loaded when first used, not when a program starts: the
+ * dynamic linker's relocations make ~400 KiB of its pages private to
+ * every process that maps it, and each sandbox's supervisor (and its
+ * init, which shares them) would carry them while it hardly ever hashes
+ * anything.  Nothing but this file calls it. */
+static struct {
+  __typeof__(EVP_MD_CTX_new) *md_ctx_new;
+  __typeof__(EVP_MD_CTX_free) *md_ctx_free;
+  __typeof__(EVP_sha256) *sha256;
+  __typeof__(EVP_DigestInit_ex) *init;
+  __typeof__(EVP_DigestUpdate) *update;
+  __typeof__(EVP_DigestFinal_ex) *final;
+  __typeof__(EVP_EncodeBlock) *encode;
+  __typeof__(EVP_DecodeBlock) *decode;
+} crypto;
+
+static void crypto_load(void)
+{
+  static const char *const names[] = {
+    "EVP_MD_CTX_new",    "EVP_MD_CTX_free", "EVP_sha256",      "EVP_DigestInit_ex",
+    "EVP_DigestUpdate", "EVP_DigestFinal_ex", "EVP_EncodeBlock", "EVP_DecodeBlock",
+  };
+  void **slot = (void **) &crypto;
+  void *lib = dlopen(DSEC_LIBCRYPTO, RTLD_NOW | RTLD_LOCAL);
+
+  _Static_assert(sizeof crypto == sizeof names / sizeof *names * sizeof(void *),
+                 "one name per entry of crypto");
+  for (size_t i = 0; lib && i < sizeof names / sizeof *names; i++)
+    if (!(slot[i] = dlsym(lib, names[i])))
+      lib = NULL;
+  if (!lib) {
+    /* an installation without the library dsec was built with */
+    fprintf(stderr, "dsec: cannot load %s: %s\n", DSEC_LIBCRYPTO, dlerror());
+    abort();
+  }
+}
+
+static void crypto_need(void)
+{
+  static pthread_once_t once = PTHREAD_ONCE_INIT;
+  pthread_once(&once, crypto_load);
+}
+
+void dsec_digest_preload(void)
+{
+  crypto_need();
+}
 
 struct dsec_sha256 {
   EVP_MD_CTX *ctx;
@@ -14,15 +65,16 @@ struct dsec_sha256 {
 struct dsec_sha256 *dsec_sha256_new(void)
 {
   struct dsec_sha256 *h = xzalloc(sizeof *h);
-  h->ctx = EVP_MD_CTX_new();
-  if (!h->ctx || EVP_DigestInit_ex(h->ctx, EVP_sha256(), NULL) != 1)
+  crypto_need();
+  h->ctx = crypto.md_ctx_new();
+  if (!h->ctx || crypto.init(h->ctx, crypto.sha256(), NULL) != 1)
     abort(); /* only fails for lack of memory */
   return h;
 }
 
 void dsec_sha256_update(struct dsec_sha256 *h, const void *buf, size_t len)
 {
-  if (len && EVP_DigestUpdate(h->ctx, buf, len) != 1)
+  if (len && crypto.update(h->ctx, buf, len) != 1)
     abort();
 }
 
@@ -32,7 +84,7 @@ void dsec_sha256_final(struct dsec_sha256 *h, char out[DSEC_DIGEST_LEN + 1])
   unsigned char md[EVP_MAX_MD_SIZE];
   unsigned int n = 0;
 
-  if (EVP_DigestFinal_ex(h->ctx, md, &n) != 1 || n != 32)
+  if (crypto.final(h->ctx, md, &n) != 1 || n != 32)
     abort();
   memcpy(out, "sha256:", 7);
   for (unsigned i = 0; i < n; i++) {
@@ -47,7 +99,7 @@ void dsec_sha256_free(struct dsec_sha256 *h)
 {
   if (!h)
     return;
-  EVP_MD_CTX_free(h->ctx);
+  crypto.md_ctx_free(h->ctx);
   free(h);
 }
 
@@ -92,3 +144,31 @@ bool dsec_digest_valid(const char *digest)
 }
 
 const char *dsec_digest_hex(const char *digest) { return digest + 7; }
+
+char *dsec_base64_encode(const void *buf, size_t len)
+{
+  char *b64 = xmalloc(4 * ((len + 2) / 3) + 1);
+  crypto_need();
+  crypto.encode((unsigned char *) b64, buf, (int) len);
+  return b64;
+}
+
+unsigned char *dsec_base64_decode(const char *b64, size_t *len)
+{
+  size_t n = strlen(b64);
+  unsigned char *out;
+  int r;
+
+  crypto_need();
+  out = xmalloc(n / 4 * 3 + 3);
+  r = crypto.decode(out, (const unsigned char *) b64, (int) n);
+  if (r < 0) {
+    free(out);
+    return NULL;
+  }
+  /* EVP_DecodeBlock counts the padding as data */
+  if (r > 0 && n >= 2 && b64[n - 1] == '=')
+    r -= b64[n - 2] == '=' ? 2 : 1;
+  *len = (size_t) r;
+  return out;
+}

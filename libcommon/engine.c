@@ -19,7 +19,6 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include <openssl/evp.h>
 
 #include "cgroup.h"
 #include "copy.h"
@@ -2195,14 +2194,10 @@ static void interactive_input(struct dsec_engine *e, struct dsec_job *j,
     const char *b64 = json_string_value(json_object_get(req, "data_b64"));
     const char *text = json_string_value(json_object_get(req, "data"));
     if (b64) {
-      size_t n = strlen(b64);
-      unsigned char *buf = xmalloc(n / 4 * 3 + 4);
-      int len = EVP_DecodeBlock(buf, (const unsigned char *) b64, (int) n);
-      /* EVP_DecodeBlock counts the padding as data */
-      if (len > 0 && n >= 2 && b64[n - 1] == '=')
-        len -= b64[n - 2] == '=' ? 2 : 1;
+      size_t len = 0;
+      unsigned char *buf = dsec_base64_decode(b64, &len);
       if (len > 0)
-        job_input(e, j, (const char *) buf, (size_t) len);
+        job_input(e, j, (const char *) buf, len);
       free(buf);
     } else if (text && *text)
       job_input(e, j, text, strlen(text));

@@ -13,10 +13,10 @@
 #include <string.h>
 #include <unistd.h>
 
-#include <openssl/evp.h>
 
 #include "audit.h"
 #include "crash.h"
+#include "digest.h"
 #include "exitcodes.h"
 #include "process.h"
 #include "proxy.h"
@@ -622,9 +622,8 @@ json_t *dsec_checkpoint_record(struct dsec_traj *t, struct dsec_audit *audit,
 
 json_t *dsec_exec_output(const char *stream, const char *buf, size_t len)
 {
-  char *b64 = xmalloc(4 * ((len + 2) / 3) + 1);
+  char *b64 = dsec_base64_encode(buf, len);
   json_t *m;
-  EVP_EncodeBlock((unsigned char *) b64, (const unsigned char *) buf, (int) len);
   /* bytes stay bytes in data_b64; data is the same as text (what is not
    * UTF-8 becomes U+FFFD), for a reader that wants text */
   m = json_pack("{s:s, s:i, s:s, s:o, s:s}", "type", "output", "fd",

@@ -1074,6 +1074,8 @@ static _Noreturn void extract_child(int fd, const char *target,
   int ret;
 
   umask(022);
+  /* the digests are taken inside the chroot, where libcrypto is not */
+  dsec_digest_preload();
   if (chdir(target) < 0) {
     ret = dsec_fail(&err, errno, "cannot enter %s", target);
     goto done;

@@ -24,7 +24,6 @@
 #include <sys/ioctl.h>
 #include <unistd.h>
 
-#include <openssl/evp.h>
 
 #include "audit.h"
 #include "cgroup.h"
@@ -33,6 +32,7 @@
 #include "client.h"
 #include "container.h"
 #include "crash.h"
+#include "digest.h"
 #include "vm.h"
 #include "fsutil.h"
 #include "image.h"
@@ -877,13 +877,20 @@ static int pool_claim(json_t *spec, char **id_out, json_t **record,
                       struct dsec_error **err)
 {
   _cleanup_free_ char *pools = pools_dir();
-  _cleanup_free_ char *key = pool_key(spec);
-  _cleanup_free_ char *ready = xasprintf("%s/%s/ready", pools, key);
-  _cleanup_free_ char *claimed = xasprintf("%s/%s/claimed", pools, key);
-  _cleanup_closedir_ DIR *d = opendir(ready);
+  _cleanup_free_ char *key = NULL;
+  _cleanup_free_ char *ready = NULL;
+  _cleanup_free_ char *claimed = NULL;
+  _cleanup_closedir_ DIR *d = NULL;
   struct dirent *de;
 
-  if (!d)
+  /* no pool at all: no key to hash (hashing loads libcrypto, which the
+   * supervisor this create forks would then carry: digest.c) */
+  if (access(pools, F_OK) < 0)
+    return 0;
+  key = pool_key(spec);
+  ready = xasprintf("%s/%s/ready", pools, key);
+  claimed = xasprintf("%s/%s/claimed", pools, key);
+  if (!(d = opendir(ready)))
     return 0;
   mkdir(claimed, 0700);
   while ((de = readdir(d))) {
@@ -1486,18 +1493,14 @@ static int exec_attached(const char *id, json_t *req, json_t **res,
     }
     b64 = json_string_value(json_object_get(m, "data_b64"));
     if (b64) {
-      size_t n = strlen(b64);
-      unsigned char *out = xmalloc(n / 4 * 3 + 3);
-      int len = EVP_DecodeBlock(out, (const unsigned char *) b64, (int) n);
-      /* EVP_DecodeBlock counts the padding as data */
-      if (len > 0 && n >= 2 && b64[n - 1] == '=')
-        len -= b64[n - 2] == '=' ? 2 : 1;
+      size_t len = 0;
+      unsigned char *out = dsec_base64_decode(b64, &len);
       if (len > 0)
         dsec_write_all(strcmp(json_string_value(json_object_get(m, "stream")),
                               "stderr") == 0
                          ? STDERR_FILENO
                          : STDOUT_FILENO,
-                       out, (size_t) len, NULL);
+                       out, len, NULL);
       free(out);
     }
     json_decref(m);
@@ -2587,9 +2590,7 @@ static int do_shell(struct opts *o, int *status, struct dsec_error **err)
         in_open = false;
         m = json_pack("{s:s, s:b}", "op", "input", "eof", true);
       } else {
-        char *b64 = xmalloc((size_t) n / 3 * 4 + 8);
-        EVP_EncodeBlock((unsigned char *) b64, (const unsigned char *) buf,
-                        (int) n);
+        char *b64 = dsec_base64_encode(buf, (size_t) n);
         m = json_pack("{s:s, s:s}", "op", "input", "data_b64", b64);
         free(b64);
       }
@@ -2620,13 +2621,10 @@ static int do_shell(struct opts *o, int *status, struct dsec_error **err)
       if (strcmp(type, "output") == 0) {
         b64 = json_string_value(json_object_get(m, "data_b64"));
         if (b64) {
-          size_t n = strlen(b64);
-          unsigned char *out = xmalloc(n / 4 * 3 + 3);
-          int len = EVP_DecodeBlock(out, (const unsigned char *) b64, (int) n);
-          if (len > 0 && n >= 2 && b64[n - 1] == '=')
-            len -= b64[n - 2] == '=' ? 2 : 1;
+          size_t len = 0;
+          unsigned char *out = dsec_base64_decode(b64, &len);
           if (len > 0)
-            dsec_write_all(STDOUT_FILENO, out, (size_t) len, NULL);
+            dsec_write_all(STDOUT_FILENO, out, len, NULL);
           free(out);
         }
         json_decref(m);

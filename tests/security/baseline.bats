@@ -211,6 +211,37 @@ teardown() {
   done
 }
 
+@test "masked directories are empty, read-only, and one file system, not one each" {
+  local d n=0
+  sb_create
+  # each exists on this host's kernel; any of them may be missing elsewhere
+  for d in /proc/acpi /sys/firmware /sys/kernel/debug /sys/kernel/tracing \
+    /sys/kernel/security /sys/fs/bpf; do
+    sb_exec sh -c "[ -d $d ] && echo yes || echo no"
+    [[ $(jq -r .stdout <<<"$output") == yes* ]] || continue
+    n=$((n + 1))
+    sb_exec sh -c "ls -A $d | wc -l; touch $d/x 2>&1; mkdir $d/y 2>&1; stat -c %d $d"
+    jq -r .stdout <<<"$output" >"$BATS_TEST_TMPDIR/out"
+    [ "$(sed -n 1p "$BATS_TEST_TMPDIR/out")" = 0 ] || {
+      echo "$d is not empty: $output" >&2
+      return 1
+    }
+    grep -q 'Read-only file system' "$BATS_TEST_TMPDIR/out" || {
+      echo "$d is writable: $output" >&2
+      return 1
+    }
+    tail -n 1 "$BATS_TEST_TMPDIR/out" >>"$BATS_TEST_TMPDIR/devs"
+  done
+  [ "$n" -gt 0 ] || skip "no masked directory exists on this kernel"
+  # a superblock each would cost every memory cgroup on the host a
+  # shrinker slot per file system (dsec-run(1), the masks)
+  [ "$(sort -u "$BATS_TEST_TMPDIR/devs" | wc -l)" -eq 1 ] || {
+    echo "masked directories on more than one file system:" >&2
+    cat "$BATS_TEST_TMPDIR/devs" >&2
+    return 1
+  }
+}
+
 @test "/proc/sysrq-trigger is not writable" {
   sb_create
   attack sysrq
