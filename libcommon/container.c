@@ -204,8 +204,8 @@ struct init_ctx {
   bool bset_dropped; /* our bounding set is empty: so is our children's */
 };
 
-/* Paths masked in /proc and /sys: files get /dev/null, directories an
- * empty read-only tmpfs.  kpage* let a reader walk physical memory state
+/* Paths masked in /proc and /sys: files get a watched empty file (or
+ * /dev/null), directories an empty read-only directory (mask_paths).  kpage* let a reader walk physical memory state
  * (a host crash was seen through kpagecgroup); kcore and keys leak the
  * host; sysrq-trigger acts on it. */
 static const char *const masked_paths[] = {
@@ -295,8 +295,8 @@ static int mount_in_root(const char *fstype, const char *path, uint64_t attrs)
  * each, because every superblock takes a shrinker id that each memory
  * cgroup on the host then carries a slot for (1 KiB per 64 ids, the high
  * mark never shrinks), so file systems per sandbox cost memory that grows
- * with the square of the density.  Also used by fncall calls over their
- * own /proc, where there is no mask directory: a tmpfs of their own. */
+ * with the square of the density.  Also used by exclusive execs over
+ * their own /proc, where there is no mask directory: a tmpfs each. */
 static void mask_paths(void)
 {
   for (const char *const *p = readonly_paths; *p; p++) {
@@ -2256,7 +2256,7 @@ static int make_masks(struct sup *s, struct dsec_error **err)
     struct stat st;
     char name[32];
     int fd, mnt_id;
-    /* only files (directories get an empty tmpfs) */
+    /* only files (directories get MASK_DIR) */
     if (lstat(masked_paths[i], &st) < 0 || S_ISDIR(st.st_mode))
       continue;
     snprintf(name, sizeof name, "dsec-mask-%zu", i);
@@ -2275,8 +2275,9 @@ static int make_masks(struct sup *s, struct dsec_error **err)
     }
     close(fd);
   }
-  /* host root's, mode 0555, on a read-only mount: nothing in the sandbox
-   * can put a file in it */
+  /* mode 0555, the supervisor's, on a mount that is read-only (and locked
+   * so where the sandbox has a user namespace of its own): nothing in the
+   * sandbox can put a file in it */
   if (mkdirat(mnt, MASK_DIR, 0555) < 0)
     return dsec_fail(err, errno, "cannot make the mask directory");
   if (syscall(SYS_mount_setattr, mnt, "", AT_EMPTY_PATH, &ro, sizeof ro) < 0 ||

@@ -14,7 +14,9 @@
  * dynamic linker's relocations make ~400 KiB of its pages private to
  * every process that maps it, and each sandbox's supervisor (and its
  * init, which shares them) would carry them while it hardly ever hashes
- * anything.  Nothing but this file calls it. */
+ * anything.  Nothing but this file calls it.  A missing libcrypto is a
+ * broken installation (the package depends on it): the process aborts
+ * with a message, as it would have at its start. */
 static struct {
   __typeof__(EVP_MD_CTX_new) *md_ctx_new;
   __typeof__(EVP_MD_CTX_free) *md_ctx_free;
@@ -22,15 +24,13 @@ static struct {
   __typeof__(EVP_DigestInit_ex) *init;
   __typeof__(EVP_DigestUpdate) *update;
   __typeof__(EVP_DigestFinal_ex) *final;
-  __typeof__(EVP_EncodeBlock) *encode;
-  __typeof__(EVP_DecodeBlock) *decode;
 } crypto;
 
 static void crypto_load(void)
 {
   static const char *const names[] = {
-    "EVP_MD_CTX_new",    "EVP_MD_CTX_free", "EVP_sha256",      "EVP_DigestInit_ex",
-    "EVP_DigestUpdate", "EVP_DigestFinal_ex", "EVP_EncodeBlock", "EVP_DecodeBlock",
+    "EVP_MD_CTX_new",   "EVP_MD_CTX_free",    "EVP_sha256",
+    "EVP_DigestInit_ex", "EVP_DigestUpdate", "EVP_DigestFinal_ex",
   };
   void **slot = (void **) &crypto;
   void *lib = dlopen(DSEC_LIBCRYPTO, RTLD_NOW | RTLD_LOCAL);
@@ -55,7 +55,10 @@ static void crypto_need(void)
 
 void dsec_digest_preload(void)
 {
-  crypto_need();
+  char d[DSEC_DIGEST_LEN + 1];
+  /* a first digest also reads OpenSSL's configuration and sets up its
+   * providers, from the host's files */
+  dsec_sha256_buf("", 0, d);
 }
 
 struct dsec_sha256 {
@@ -145,30 +148,71 @@ bool dsec_digest_valid(const char *digest)
 
 const char *dsec_digest_hex(const char *digest) { return digest + 7; }
 
+/* Base64 is ours, not libcrypto's: exec output and input are encoded in
+ * every supervisor that streams, which would otherwise load libcrypto for
+ * that alone. */
+static const char b64_alphabet[] =
+  "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+
 char *dsec_base64_encode(const void *buf, size_t len)
 {
-  char *b64 = xmalloc(4 * ((len + 2) / 3) + 1);
-  crypto_need();
-  crypto.encode((unsigned char *) b64, buf, (int) len);
+  const unsigned char *in = buf;
+  char *b64 = xmalloc(4 * ((len + 2) / 3) + 1), *o = b64;
+
+  for (size_t i = 0; i < len; i += 3) {
+    uint32_t v = (uint32_t) in[i] << 16;
+    if (i + 1 < len)
+      v |= (uint32_t) in[i + 1] << 8;
+    if (i + 2 < len)
+      v |= in[i + 2];
+    *o++ = b64_alphabet[v >> 18];
+    *o++ = b64_alphabet[(v >> 12) & 63];
+    *o++ = i + 1 < len ? b64_alphabet[(v >> 6) & 63] : '=';
+    *o++ = i + 2 < len ? b64_alphabet[v & 63] : '=';
+  }
+  *o = '\0';
   return b64;
+}
+
+static int b64_value(unsigned char c)
+{
+  const char *p = c ? strchr(b64_alphabet, c) : NULL;
+  return p ? (int) (p - b64_alphabet) : -1;
 }
 
 unsigned char *dsec_base64_decode(const char *b64, size_t *len)
 {
-  size_t n = strlen(b64);
-  unsigned char *out;
-  int r;
+  size_t n = strlen(b64), pad = 0;
+  unsigned char *out, *o;
 
-  crypto_need();
-  out = xmalloc(n / 4 * 3 + 3);
-  r = crypto.decode(out, (const unsigned char *) b64, (int) n);
-  if (r < 0) {
-    free(out);
+  *len = 0;
+  /* as EVP_DecodeBlock did: white space around it is no part of it */
+  while (n && strchr(" \t\r\n", b64[n - 1]))
+    n--;
+  while (n && strchr(" \t\r\n", *b64))
+    b64++, n--;
+  if (n % 4)
     return NULL;
+  if (n && b64[n - 1] == '=')
+    pad = n >= 2 && b64[n - 2] == '=' ? 2 : 1;
+  o = out = xmalloc(n / 4 * 3 + 1);
+  for (size_t i = 0; i < n; i += 4) {
+    bool last = i + 4 == n;
+    uint32_t v = 0;
+    for (size_t k = 0; k < 4; k++) {
+      int d = b64_value((unsigned char) b64[i + k]);
+      if (d < 0 && !(last && k >= 4 - pad)) {
+        free(out);
+        return NULL;
+      }
+      v = v << 6 | (uint32_t) (d < 0 ? 0 : d);
+    }
+    *o++ = (unsigned char) (v >> 16);
+    if (!last || pad < 2)
+      *o++ = (unsigned char) (v >> 8);
+    if (!last || pad < 1)
+      *o++ = (unsigned char) v;
   }
-  /* EVP_DecodeBlock counts the padding as data */
-  if (r > 0 && n >= 2 && b64[n - 1] == '=')
-    r -= b64[n - 2] == '=' ? 2 : 1;
-  *len = (size_t) r;
+  *len = (size_t) (o - out);
   return out;
 }

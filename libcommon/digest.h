@@ -1,6 +1,6 @@
-/* sha256 digests with OpenSSL's EVP interface, in the OCI form
- * "sha256:<64 lowercase hex>", and base64 (libcrypto, loaded on first
- * use: digest.c). */
+/* sha256 digests with OpenSSL's EVP interface (libcrypto, loaded on first
+ * use: digest.c), in the OCI form "sha256:<64 lowercase hex>", and
+ * base64. */
 #ifndef DSEC_DIGEST_H
 #define DSEC_DIGEST_H
 
@@ -30,12 +30,13 @@ int dsec_sha256_fd(int fd, char out[DSEC_DIGEST_LEN + 1], uint64_t *size,
 
 /* Base64 (RFC 4648, padded), as exec output and input carry bytes.
  * encode returns a new string; decode a new buffer of *len bytes, or NULL
- * where b64 is not base64. */
+ * (and *len 0) where b64 is not base64; white space around it is
+ * ignored. */
 char *dsec_base64_encode(const void *buf, size_t len);
 unsigned char *dsec_base64_decode(const char *b64, size_t *len);
 
-/* Loads libcrypto now (it is loaded on first use): for a process about
- * to leave the host's root that digests afterwards. */
+/* Loads and sets up libcrypto now (it is loaded on first use): for a
+ * process about to leave the host's root that digests afterwards. */
 void dsec_digest_preload(void);
 
 /* True for "sha256:" followed by exactly 64 lowercase hex digits. */

@@ -1,5 +1,6 @@
 /* Unit tests for libcommon/digest.c: sha256 in the OCI "sha256:<hex>"
- * form, one-shot, streamed and from a file, and digest validation. */
+ * form, one-shot, streamed and from a file, digest validation, and
+ * base64. */
 #include <config.h>
 
 #include <errno.h>
@@ -169,6 +170,49 @@ static void test_digest_valid(void)
   ok(!dsec_digest_valid(NULL), "invalid: NULL");
 }
 
+/* RFC 4648's test vectors, both ways, and what is not base64. */
+static void test_base64(void)
+{
+  static const char *const vec[][2] = {
+    { "", "" },         { "f", "Zg==" },         { "fo", "Zm8=" },
+    { "foo", "Zm9v" },  { "foob", "Zm9vYg==" },  { "fooba", "Zm9vYmE=" },
+    { "foobar", "Zm9vYmFy" },
+  };
+  static const char *const bad[] = {
+    "Zg=", "Zm9vY", "Zm9v!mFy", "Z===", "=Zm9", "Zm=v", "Zg==Zg==", "Zm9v\nYmFy",
+  };
+  const unsigned char bytes[] = { 0x00, 0xff, 0xfe, 0x80, 0x3f, 0x0a };
+  unsigned char *out;
+  size_t len;
+  char *b64;
+
+  for (size_t i = 0; i < sizeof vec / sizeof *vec; i++) {
+    b64 = dsec_base64_encode(vec[i][0], strlen(vec[i][0]));
+    is_str(b64, vec[i][1], "encode \"%s\"", vec[i][0]);
+    free(b64);
+    out = dsec_base64_decode(vec[i][1], &len);
+    ok(out && len == strlen(vec[i][0]) && memcmp(out, vec[i][0], len) == 0,
+       "decode \"%s\"", vec[i][1]);
+    free(out);
+  }
+  b64 = dsec_base64_encode(bytes, sizeof bytes);
+  out = dsec_base64_decode(b64, &len);
+  ok(out && len == sizeof bytes && memcmp(out, bytes, len) == 0,
+     "bytes that are not text round-trip (%s)", b64);
+  free(out);
+  free(b64);
+  out = dsec_base64_decode(" Zm9v\n", &len);
+  ok(out && len == 3 && memcmp(out, "foo", 3) == 0,
+     "white space around it is ignored");
+  free(out);
+  for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+    len = 7;
+    out = dsec_base64_decode(bad[i], &len);
+    ok(!out && len == 0, "not base64: \"%s\"", bad[i]);
+    free(out);
+  }
+}
+
 int main(void)
 {
   tmp = tap_tmpdir("test-digest");
@@ -176,5 +220,6 @@ int main(void)
   test_large_buffers();
   test_sha256_fd();
   test_digest_valid();
+  test_base64();
   return done_testing();
 }
