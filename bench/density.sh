@@ -17,7 +17,8 @@
 # BENCH_SPEC (the spec, JSON; default {"image":"busybox:density",
 # "resources":{"memory_mb":64}}: the image is the busybox rootfs of
 # examples/, pulled under that name), BENCH_DIR=/var/tmp, DSEC_BIN=<tree>
-# (where dsec-run, dsec-pull and dsec-layer are; default this tree).
+# (where dsec-run, dsec-pull, dsec-layer and dsec-reap are; default this
+# tree).
 set -euo pipefail
 export LC_ALL=C
 
@@ -40,7 +41,7 @@ die() { log "$*"; exit 1; }
 [[ $VIA == create || $VIA == serve ]] || die "BENCH_VIA is create or serve"
 ((BASH_VERSINFO[0] >= 5)) || die "needs bash 5 (EPOCHREALTIME)"
 [[ $(id -u) -eq 0 ]] || die "needs root; run: sudo $0"
-for b in dsec-run dsec-pull dsec-layer; do
+for b in dsec-run dsec-pull dsec-layer dsec-reap; do
   [[ -x $BIN/$b ]] || die "$BIN/$b not found: build dsec first (or set DSEC_BIN)"
 done
 for c in jq awk sort xargs; do
@@ -55,7 +56,7 @@ mkdir -m 711 "$WORK/run"
 mkdir "$WORK/lat"
 # the programs are copied: a rebuild during the run cannot mix two builds
 mkdir "$WORK/bin"
-cp "$BIN/dsec-run" "$BIN/dsec-pull" "$BIN/dsec-layer" "$WORK/bin/"
+cp "$BIN/dsec-run" "$BIN/dsec-pull" "$BIN/dsec-layer" "$BIN/dsec-reap" "$WORK/bin/"
 DSEC=$WORK/bin/dsec-run
 export PATH="$WORK/bin:$PATH"
 export DSEC_ROOT=$WORK/root DSEC_RUN=$WORK/run
@@ -91,6 +92,8 @@ cleanup() {
       done
     done
   fi
+  # the host's layer mount and run/layers' bind mount go with the reaper
+  "$WORK/bin/dsec-reap" >/dev/null 2>&1
   rm -rf --one-file-system "$WORK"
   exit "$rc"
 }

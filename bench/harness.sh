@@ -32,6 +32,8 @@ cleanup() {
   ids=$(dsec-run ps --all 2>/dev/null | jq -r .id)
   # shellcheck disable=SC2086
   [ -z "$ids" ] || dsec-run rm --force $ids >/dev/null 2>&1
+  # the host's layer mounts and run/layers' bind mount go with the reaper
+  dsec-reap >/dev/null 2>&1
   rm -rf --one-file-system "$work"
 }
 trap cleanup EXIT INT TERM

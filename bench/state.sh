@@ -25,13 +25,16 @@ cleanup() {
   ids=$(dsec-run ps --all 2>/dev/null | jq -r .id || true)
   # shellcheck disable=SC2086
   [ -z "$ids" ] || dsec-run rm --force $ids >/dev/null 2>&1 || true
+  # the host's layer mounts and run/layers' bind mount go with the reaper
+  dsec-reap >/dev/null 2>&1 || true
   for impl in new old; do
     [ -d "$work/root-$impl" ] || continue
     ids=$(as "$impl" dsec-run ps --all 2>/dev/null | jq -r .id || true)
     # shellcheck disable=SC2086
     [ -z "$ids" ] || as "$impl" dsec-run rm --force $ids >/dev/null 2>&1 || true
+    as "$impl" dsec-reap >/dev/null 2>&1 || true
   done
-  rm -rf "$work"
+  rm -rf --one-file-system "$work"
 }
 # as new|old CMD...: CMD with that build's programs and a store of its own
 as() {
