@@ -32,7 +32,8 @@ tar -C "$tmp/db" --numeric-owner -cf "$tmp/db.tar" .
 rm -rf "$tmp/db" "$tmp/debs"
 dsec-pull --name world-db:1 "tar:$tmp/db.tar" >/dev/null
 
-# the world: returns once the database takes connections
+# the world: returns once the database answers PING (spec.json: Redis
+# takes connections before it has loaded its data, and answers LOADING)
 w=$(dsec-run create --spec "$here/world/spec.json" | jq -r .id)
 # the agent works over the network, by name (busybox nc speaks RESP)
 printf 'SET answer 42\r\nQUIT\r\n' >"$tmp/in"

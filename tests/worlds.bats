@@ -46,8 +46,10 @@ teardown() {
 
 # --- helpers of this file ---------------------------------------------------
 
-# world_spec [JQ-FILTER]: an agent with Redis (db) and busybox httpd (web),
-# each ready when it takes connections, changed by the filter.
+# world_spec [JQ-FILTER]: an agent with Redis (db), ready when it answers
+# PING (it takes connections while it loads its data, and answers LOADING
+# then), and busybox httpd (web), ready when it takes connections; changed
+# by the filter.
 world_spec() {
   jq -c "${1:-.}" <<'EOF'
 {"image": "world:1",
@@ -57,11 +59,11 @@ world_spec() {
            "--dir", "/data", "--appendonly", "yes", "--appendfsync", "always",
            "--save", ""],
    "resources": {"memory_mb": 256, "pids": 64},
-   "ready": {"tcp": 6379, "timeout_s": 30}},
+   "ready": {"cmd": ["sh", "-c", "redis-cli ping | grep -qx PONG"],
+             "timeout_s": 30}},
   {"name": "web", "image": "world:1",
    "cmd": ["httpd", "-f", "-p", "8080", "-h", "/www"],
-   "ready": {"cmd": ["wget", "-qO/dev/null", "http://127.0.0.1:8080/"],
-             "timeout_s": 30}}]}
+   "ready": {"tcp": 8080, "timeout_s": 30}}]}
 EOF
 }
 
