@@ -205,7 +205,8 @@ struct init_ctx {
 };
 
 /* Paths masked in /proc and /sys: files get a watched empty file (or
- * /dev/null), directories an empty read-only directory (mask_paths).  kpage* let a reader walk physical memory state
+ * /dev/null), directories an empty read-only directory (mask_paths).
+ * kpage* let a reader walk physical memory state
  * (a host crash was seen through kpagecgroup); kcore and keys leak the
  * host; sysrq-trigger acts on it. */
 static const char *const masked_paths[] = {

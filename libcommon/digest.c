@@ -28,19 +28,19 @@ static struct {
 
 static void crypto_load(void)
 {
-  static const char *const names[] = {
-    "EVP_MD_CTX_new",   "EVP_MD_CTX_free",    "EVP_sha256",
-    "EVP_DigestInit_ex", "EVP_DigestUpdate", "EVP_DigestFinal_ex",
-  };
-  void **slot = (void **) &crypto;
   void *lib = dlopen(DSEC_LIBCRYPTO, RTLD_NOW | RTLD_LOCAL);
+  bool all = lib != NULL;
 
-  _Static_assert(sizeof crypto == sizeof names / sizeof *names * sizeof(void *),
-                 "one name per entry of crypto");
-  for (size_t i = 0; lib && i < sizeof names / sizeof *names; i++)
-    if (!(slot[i] = dlsym(lib, names[i])))
-      lib = NULL;
-  if (!lib) {
+#define CRYPTO_SYM(field, name)                                               \
+  all = all && (crypto.field = (__typeof__(crypto.field)) dlsym(lib, name))
+  CRYPTO_SYM(md_ctx_new, "EVP_MD_CTX_new");
+  CRYPTO_SYM(md_ctx_free, "EVP_MD_CTX_free");
+  CRYPTO_SYM(sha256, "EVP_sha256");
+  CRYPTO_SYM(init, "EVP_DigestInit_ex");
+  CRYPTO_SYM(update, "EVP_DigestUpdate");
+  CRYPTO_SYM(final, "EVP_DigestFinal_ex");
+#undef CRYPTO_SYM
+  if (!all) {
     /* an installation without the library dsec was built with */
     fprintf(stderr, "dsec: cannot load %s: %s\n", DSEC_LIBCRYPTO, dlerror());
     abort();
