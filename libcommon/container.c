@@ -224,8 +224,20 @@ static const char *const masked_paths[] = {
   "/proc/sys/kernel/core_pattern", NULL,
 };
 
-/* The mask file system's empty directory, bound over masked directories */
-#define MASK_DIR "dsec-mask-dir"
+/* In the sandbox's /dev (make_dev): the mask files, and the empty
+ * directory bound over masked directories */
+#define MASKS ".dsec"
+#define MASK_DIR MASKS "/dir"
+
+/* The sandbox's /dev (make_dev): the host's device nodes bound over
+ * empty files (a user namespace cannot mknod), and links */
+static const char *const dev_nodes[] = { "null", "zero", "full", "random",
+                                         "urandom", "tty" };
+static const char *const dev_links[][2] = {
+  { "fd", "/proc/self/fd" },     { "stdin", "/proc/self/fd/0" },
+  { "stdout", "/proc/self/fd/1" }, { "stderr", "/proc/self/fd/2" },
+  { "ptmx", "pts/ptmx" },
+};
 
 /* Kept readable but read-only. */
 static const char *const readonly_paths[] = {
@@ -297,7 +309,7 @@ static int mount_in_root(const char *fstype, const char *path, uint64_t attrs)
  * cgroup on the host then carries a slot for (1 KiB per 64 ids, the high
  * mark never shrinks), so file systems per sandbox cost memory that grows
  * with the square of the density.  Also used by exclusive execs over
- * their own /proc, where there is no mask directory: a tmpfs each. */
+ * their own /proc. */
 static void mask_paths(void)
 {
   for (const char *const *p = readonly_paths; *p; p++) {
@@ -324,10 +336,9 @@ static void mask_paths(void)
     }
     /* an empty file of its own that the supervisor watches (fanotify):
      * opening a masked file is recorded; /dev/null where there is none.
-     * The supervisor made them on a tmpfs of its own over the root's /dev
-     * (never files of the image or of a checkpoint), covered by the real
-     * /dev once they are bound. */
-    snprintf(watched, sizeof watched, "/dev/dsec-mask-%zu", i);
+     * The supervisor made them in the sandbox's /dev (make_dev), never
+     * files of the image or of a checkpoint. */
+    snprintf(watched, sizeof watched, "/dev/" MASKS "/%zu", i);
     if (mount(watched, p, NULL, MS_BIND, NULL) == 0)
       mount(NULL, p, NULL, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC,
             NULL);
@@ -342,10 +353,7 @@ static int mkdirs(const char *path, mode_t mode)
   return dsec_mkdir_p(AT_FDCWD, path, mode, &e);
 }
 
-/* Device nodes are the host's, bound in: a user namespace cannot mknod. */
-static const char *const dev_nodes[] = { "null", "zero", "full", "random",
-                                         "urandom", "tty" };
-
+/* Device nodes are the host's, bound in over make_dev's empty files. */
 struct dev_trees {
   int fd[ARRAY_SIZE(dev_nodes)];
 };
@@ -363,43 +371,19 @@ static void open_dev_trees(struct dev_trees *d, int sock)
   }
 }
 
-/* After pivot_root: /dev, /dev/pts, /dev/shm. */
+/* After pivot_root, in the /dev the supervisor made (make_dev): the
+ * host's device nodes and a devpts of the sandbox's own. */
 static void setup_dev(struct dev_trees *d, int sock)
 {
-  mkdirs("/dev", 0755);
-  if (mount("tmpfs", "/dev", "tmpfs", MS_NOSUID | MS_NOEXEC,
-            "mode=755,size=65536") < 0)
-    die_init(sock, "cannot mount /dev");
   for (size_t i = 0; i < ARRAY_SIZE(dev_nodes); i++) {
     char path[64];
-    int fd;
     snprintf(path, sizeof path, "/dev/%s", dev_nodes[i]);
-    fd = open(path, O_CREAT | O_WRONLY | O_CLOEXEC | O_NOFOLLOW, 0666);
-    if (fd >= 0)
-      close(fd);
     if (attach(d->fd[i], path) < 0)
       die_init(sock, "cannot bind %s", path);
   }
-  mkdir("/dev/pts", 0755);
-  if (mount("devpts", "/dev/pts", "devpts", MS_NOSUID | MS_NOEXEC,
-            "newinstance,ptmxmode=0666,mode=620") == 0 &&
-      symlink("pts/ptmx", "/dev/ptmx") < 0)
-    die_init(sock, "cannot create /dev/ptmx");
-  mkdir("/dev/shm", 01777);
-  if (mount("tmpfs", "/dev/shm", "tmpfs", MS_NOSUID | MS_NODEV,
-            "mode=1777,size=67108864") < 0)
-    die_init(sock, "cannot mount /dev/shm");
-  {
-    static const char *const links[][2] = {
-      { "/proc/self/fd", "/dev/fd" },     { "/proc/self/fd/0", "/dev/stdin" },
-      { "/proc/self/fd/1", "/dev/stdout" }, { "/proc/self/fd/2", "/dev/stderr" },
-    };
-    for (size_t i = 0; i < ARRAY_SIZE(links); i++)
-      if (symlink(links[i][0], links[i][1]) < 0)
-        die_init(sock, "cannot populate /dev");
-  }
-  mount(NULL, "/dev", NULL, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID |
-                              MS_NOEXEC, NULL);
+  /* without it, /dev/ptmx leads nowhere and no terminal can be had */
+  mount("devpts", "/dev/pts", "devpts", MS_NOSUID | MS_NOEXEC,
+        "newinstance,ptmxmode=0666,mode=620");
 }
 
 
@@ -2209,46 +2193,84 @@ static int mask_group(struct sup *s)
   return fd;
 }
 
-/* The mask files: an empty read-only file of its own for each masked
- * path, on a tmpfs of ours mounted over the root's /dev, where init binds
- * them over /proc's (init's /dev is mounted later, over them).  They are
- * made whether or not opens of them can be watched: init has no /dev/null
- * of its own to fall back on at that point, so without them the kernel's
- * files would stay.  A sandbox whose masks cannot be made is not created.
- * The container backend watches them (fncall calls mount a /proc of
- * their own, masked with /dev/null, and are not watched). */
-static int make_masks(struct sup *s, struct dsec_error **err)
+/* The sandbox's /dev, its masks and its /dev/shm: one tmpfs, made here
+ * and mounted over the root's /dev (ours, whatever the image or a
+ * checkpoint put there), where init finds it after pivot_root.  One file
+ * system, not three, because every superblock takes a shrinker id that
+ * each memory cgroup on the host then carries a slot for (see
+ * mask_paths).  In it:
+ *   - the device nodes' empty files, which init binds the host's nodes
+ *     over (a user namespace cannot mknod), pts for init's devpts, and
+ *     the usual links;
+ *   - .dsec: an empty read-only file of its own for each masked file,
+ *     which init binds over /proc's and /sys's, and an empty directory
+ *     for the masked directories.  The container backend watches the
+ *     files' opens (fanotify); an fncall call mounts a /proc of its own,
+ *     masked with /dev/null, and is not watched.  They are made whether or
+ *     not opens can be watched: without them the kernel's files would stay;
+ *   - shm, 1777, mounted again at /dev/shm: the one part the sandbox may
+ *     write (nosuid, nodev), 64 MiB as a tmpfs of its own was.
+ * /dev itself is read-only (nosuid, nodev, noexec) and its files are the
+ * supervisor's: nothing in the sandbox can add to it, and the kernel
+ * locks these flags in the sandbox's user namespace.  The root of it and
+ * shm belong to the sandbox's root, as init's own tmpfs did.  A sandbox
+ * whose /dev cannot be made is not created. */
+static int make_dev(struct sup *s, struct dsec_error **err)
 {
   _cleanup_free_ char *root = xasprintf("%s/rootfs", s->e->run);
   _cleanup_close_ int rfd = open(root, O_PATH | O_DIRECTORY | O_CLOEXEC);
   _cleanup_close_ int dev = -1;
   _cleanup_close_ int fs = -1;
   _cleanup_close_ int mnt = -1;
+  _cleanup_close_ int shm = -1;
+  _cleanup_close_ int masks = -1;
   struct mount_attr ro = { .attr_set = MOUNT_ATTR_RDONLY };
+  struct mount_attr exec = { .attr_clr = MOUNT_ATTR_NOEXEC };
   size_t n = 0;
 
   while (masked_paths[n])
     n++;
   if (rfd < 0)
     return dsec_fail(err, errno, "cannot open %s", root);
-  /* ours, whatever the image or a checkpoint put at /dev */
   dev = open_in_root(rfd, "/dev", true, s->base, err);
   if (dev < 0)
     return -1;
   fs = (int) syscall(SYS_fsopen, "tmpfs", FSOPEN_CLOEXEC);
   if (fs < 0 ||
-      syscall(SYS_fsconfig, fs, FSCONFIG_SET_STRING, "size", "64k", 0) < 0 ||
+      syscall(SYS_fsconfig, fs, FSCONFIG_SET_STRING, "size", "64m", 0) < 0 ||
       syscall(SYS_fsconfig, fs, FSCONFIG_SET_STRING, "mode", "0755", 0) < 0 ||
       syscall(SYS_fsconfig, fs, FSCONFIG_CMD_CREATE, NULL, NULL, 0) < 0 ||
       (mnt = (int) syscall(SYS_fsmount, fs, FSMOUNT_CLOEXEC,
                            MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV |
-                             MOUNT_ATTR_NOEXEC)) < 0)
-    return dsec_fail(err, errno, "cannot make the mask files' file system");
+                             MOUNT_ATTR_NOEXEC)) < 0 ||
+      fchownat(mnt, "", s->base, s->base, AT_EMPTY_PATH) < 0)
+    return dsec_fail(err, errno, "cannot make the sandbox's /dev");
+  for (size_t i = 0; i < ARRAY_SIZE(dev_nodes); i++) {
+    int fd = openat(mnt, dev_nodes[i],
+                    O_CREAT | O_EXCL | O_WRONLY | O_NOFOLLOW | O_CLOEXEC, 0666);
+    if (fd < 0)
+      return dsec_fail(err, errno, "cannot make /dev/%s", dev_nodes[i]);
+    close(fd);
+  }
+  for (size_t i = 0; i < ARRAY_SIZE(dev_links); i++)
+    if (symlinkat(dev_links[i][1], mnt, dev_links[i][0]) < 0 ||
+        fchownat(mnt, dev_links[i][0], s->base, s->base,
+                 AT_SYMLINK_NOFOLLOW) < 0)
+      return dsec_fail(err, errno, "cannot make /dev/%s", dev_links[i][0]);
+  /* shm's mode without the umask's say */
+  if (mkdirat(mnt, "pts", 0755) < 0 || mkdirat(mnt, "shm", 0700) < 0 ||
+      fchownat(mnt, "shm", s->base, s->base, 0) < 0 ||
+      fchmodat(mnt, "shm", 01777, 0) < 0)
+    return dsec_fail(err, errno, "cannot make the sandbox's /dev");
+
   if (s->fncall)
     s->audit_off = xstrdup("masked: not recorded by the fncall backend");
   else if ((s->fan_fd = mask_group(s)) < 0)
     /* EMFILE: fs.fanotify.max_user_groups (128 by default) is used up */
     s->audit_off = xasprintf("masked: fanotify_init: %s", strerror(errno));
+  if (mkdirat(mnt, MASKS, 0755) < 0 ||
+      (masks = openat(mnt, MASKS, O_PATH | O_DIRECTORY | O_CLOEXEC)) < 0)
+    return dsec_fail(err, errno, "cannot make the mask files");
   s->mask_fh = xzalloc(sizeof *s->mask_fh * (n + 1));
   for (size_t i = 0; i < n; i++) {
     char hbuf[sizeof(struct file_handle) + MAX_HANDLE_SZ]
@@ -2260,9 +2282,9 @@ static int make_masks(struct sup *s, struct dsec_error **err)
     /* only files (directories get MASK_DIR) */
     if (lstat(masked_paths[i], &st) < 0 || S_ISDIR(st.st_mode))
       continue;
-    snprintf(name, sizeof name, "dsec-mask-%zu", i);
-    fd = openat(mnt, name, O_CREAT | O_EXCL | O_WRONLY | O_NOFOLLOW | O_CLOEXEC,
-                0444);
+    snprintf(name, sizeof name, "%zu", i);
+    fd = openat(masks, name,
+                O_CREAT | O_EXCL | O_WRONLY | O_NOFOLLOW | O_CLOEXEC, 0444);
     if (fd < 0)
       return dsec_fail(err, errno, "cannot make the mask file of %s",
                        masked_paths[i]);
@@ -2276,15 +2298,23 @@ static int make_masks(struct sup *s, struct dsec_error **err)
     }
     close(fd);
   }
-  /* mode 0555, the supervisor's, on a mount that is read-only (and locked
-   * so where the sandbox has a user namespace of its own): nothing in the
-   * sandbox can put a file in it */
-  if (mkdirat(mnt, MASK_DIR, 0555) < 0)
+  /* mode 0555, the supervisor's, on a mount that is read-only: nothing in
+   * the sandbox can put a file in it */
+  if (mkdirat(masks, "dir", 0555) < 0 || fchmodat(mnt, MASKS, 0555, 0) < 0)
     return dsec_fail(err, errno, "cannot make the mask directory");
-  if (syscall(SYS_mount_setattr, mnt, "", AT_EMPTY_PATH, &ro, sizeof ro) < 0 ||
-      syscall(SYS_move_mount, mnt, "", dev, "",
-              MOVE_MOUNT_F_EMPTY_PATH | MOVE_MOUNT_T_EMPTY_PATH) < 0)
-    return dsec_fail(err, errno, "cannot mount the mask files");
+
+  /* attached first: a detached mount cannot be cloned before Linux 6.15;
+   * read-only last: a mount may go on a directory of a read-only mount */
+  if (syscall(SYS_move_mount, mnt, "", dev, "",
+              MOVE_MOUNT_F_EMPTY_PATH | MOVE_MOUNT_T_EMPTY_PATH) < 0 ||
+      (shm = (int) syscall(SYS_open_tree, mnt, "shm",
+                           OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC)) < 0 ||
+      syscall(SYS_mount_setattr, shm, "", AT_EMPTY_PATH, &exec,
+              sizeof exec) < 0 ||
+      syscall(SYS_move_mount, shm, "", mnt, "shm",
+              MOVE_MOUNT_F_EMPTY_PATH) < 0 ||
+      syscall(SYS_mount_setattr, mnt, "", AT_EMPTY_PATH, &ro, sizeof ro) < 0)
+    return dsec_fail(err, errno, "cannot mount the sandbox's /dev");
   return 0;
 }
 
@@ -3288,9 +3318,9 @@ _Noreturn void dsec_supervisor_main(struct dsec_container_opts *o)
       start_stage1(s, o->spec, &err) < 0 ||
       root_file_system(s, o, &err) < 0)
     dsec_engine_fail(e, err);
-  /* masked files get an empty file of their own, whose opens are
-   * recorded */
-  if (make_masks(s, &err) < 0 || start_init(s, &err) < 0)
+  /* /dev, with an empty file of its own for each masked file, whose
+   * opens are recorded */
+  if (make_dev(s, &err) < 0 || start_init(s, &err) < 0)
     dsec_engine_fail(e, err);
   /* init is in its network namespace; in proxy mode its port's listening
    * socket is ours */

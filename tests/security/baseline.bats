@@ -242,6 +242,35 @@ teardown() {
   }
 }
 
+@test "/dev, /dev/shm and the masks are one file system; only /dev/shm is writable" {
+  sb_create
+  sb_exec sh -c 'stat -c %d /dev /dev/shm /dev/.dsec /proc/kpagecgroup | sort -u | wc -l
+    touch /dev/x 2>&1; mkdir /dev/.dsec/x 2>&1
+    printf "#!/bin/sh\necho ran\n" >/dev/shm/run && chmod 755 /dev/shm/run
+    /dev/shm/run; cat /dev/shm/run; rm /dev/shm/run; ls -A /dev/shm | wc -l
+    stat -c "%u %g %a" /dev /dev/shm'
+  jq -r .stdout <<<"$output" >"$BATS_TEST_TMPDIR/out"
+  cat "$BATS_TEST_TMPDIR/out" >&2
+  # a file system each would cost every memory cgroup on the host a
+  # shrinker slot per file system (dsec-run(1), File systems)
+  [ "$(sed -n 1p "$BATS_TEST_TMPDIR/out")" = 1 ]
+  [ "$(grep -c 'Read-only file system' "$BATS_TEST_TMPDIR/out")" -eq 2 ]
+  # /dev/shm is written, run from (as a tmpfs of its own was) and emptied
+  grep -qx 'echo ran' "$BATS_TEST_TMPDIR/out"
+  [ "$(grep -cx ran "$BATS_TEST_TMPDIR/out")" -eq 1 ]
+  grep -qx '0 0 755' "$BATS_TEST_TMPDIR/out"
+  grep -qx '0 0 1777' "$BATS_TEST_TMPDIR/out"
+}
+
+@test "an exclusive exec's masked opens are recorded too" {
+  sb_create
+  run --separate-stderr dsec-run exec --exclusive "$SB" -- \
+    sh -c 'cat /proc/kallsyms /proc/acpi/* 2>/dev/null; echo end'
+  [ "$status" -eq 0 ]
+  jq -e '.stdout == "end\n"' <<<"$output"
+  assert_event "$SB" '.type == "masked" and .path == "/proc/kallsyms"'
+}
+
 @test "/proc/sysrq-trigger is not writable" {
   sb_create
   attack sysrq

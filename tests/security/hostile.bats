@@ -275,9 +275,10 @@ fncall_create() {
 
 @test "mask files an image plants are not the masks" {
   local l=$BATS_TEST_TMPDIR/layer i
-  mkdir -p "$l/dev" "$l/.dsec-masks"
+  mkdir -p "$l/dev/.dsec" "$l/.dsec-masks"
   for i in $(seq 0 40); do
     echo planted >"$l/dev/dsec-mask-$i"
+    echo planted >"$l/dev/.dsec/$i"
     echo planted >"$l/.dsec-masks/$i"
   done
   dsec-layer create --dir "$l" --name test/planted@1 >/dev/null
