@@ -2480,6 +2480,9 @@ static _Noreturn void upper_stream_child(const char *upper, pid_t init,
     dsec_fail(&err, errno, "cannot become the sandbox's root");
     goto done;
   }
+  /* libarchive's name conversions, set up while the root is the host's:
+   * the upper directory is the sandbox's to fill (dsec_tar_preload) */
+  dsec_tar_preload();
   if (fchdir(5) < 0 || chroot(".") < 0 || chdir("/") < 0) {
     dsec_fail(&err, errno, "cannot enter the upper directory");
     goto done;

@@ -7,6 +7,8 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <iconv.h>
+#include <langinfo.h>
 #include <limits.h>
 #include <signal.h>
 #include <stdlib.h>
@@ -1055,6 +1057,17 @@ int dsec_tar_rewrite(int fd, const struct dsec_tar_policy *p,
   return ret;
 }
 
+void dsec_tar_preload(void)
+{
+  const char *here = nl_langinfo(CODESET);
+  iconv_t cd = iconv_open("UTF-8", here);
+  if (cd != (iconv_t) -1)
+    iconv_close(cd);
+  cd = iconv_open(here, "UTF-8");
+  if (cd != (iconv_t) -1)
+    iconv_close(cd);
+}
+
 /* The extracting child: confined to the target by chroot when root (by
  * its cwd and libarchive's SECURE_* checks otherwise), it writes one JSON
  * result to the pipe. */
@@ -1074,8 +1087,10 @@ static _Noreturn void extract_child(int fd, const char *target,
   int ret;
 
   umask(022);
-  /* the digests are taken inside the chroot, where libcrypto is not */
+  /* the digests and libarchive's name conversions happen inside the
+   * chroot, whose libraries and configuration are the image's */
   dsec_digest_preload();
+  dsec_tar_preload();
   if (chdir(target) < 0) {
     ret = dsec_fail(&err, errno, "cannot enter %s", target);
     goto done;

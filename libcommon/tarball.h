@@ -123,6 +123,19 @@ int dsec_tar_create(const struct dsec_tar_source *src, size_t n,
                     dsec_write_fn out, void *ud, bool zstd,
                     struct dsec_tar_create_stats *cs, struct dsec_error **err);
 
+/* Before a process that reads or writes tar streams leaves the host's
+ * root (chroot into a tree an image or a sandbox wrote): libarchive
+ * converts names with iconv (pax headers are UTF-8), and glibc reads its
+ * converters' configuration, and loads the modules it names, from the
+ * root of the moment on the first conversion.  A sandbox that put a
+ * gconv-modules file and a module of its own in its tree had its code
+ * run by the checkpoint's reader that way, outside its seccomp filter
+ * and namespaces.  This makes the first conversions, both ways, in the
+ * host's root: the configuration is read once per process, and the
+ * conversions libarchive asks for (UTF-8 and the C locale's ASCII) are
+ * glibc's built-in ones, which load no module. */
+void dsec_tar_preload(void);
+
 /* The compression a file starts with, from its magic bytes: "none",
  * "gzip", "zstd", "xz", or NULL for a compression dsec does not read
  * (named in *unsupported when known, e.g. "bzip2"). */

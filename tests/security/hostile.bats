@@ -288,6 +288,51 @@ fncall_create() {
   assert_event "$SB" '.type == "masked" and .path == "/proc/kallsyms"'
 }
 
+# gconv_module DIR: a glibc converter module in DIR/gconv, and the
+# gconv-modules file that makes it the cheapest way between UTF-8 and
+# ASCII (the C locale's).  Loaded, it leaves /gconv-ran in its root.
+gconv_module() {
+  mkdir -p "$1/gconv"
+  cat >"$1/gconv.c" <<'C'
+#include <fcntl.h>
+#include <unistd.h>
+__attribute__((constructor)) static void ran(void)
+{
+  close(open("/gconv-ran", O_CREAT | O_WRONLY, 0644));
+}
+int gconv_init(void *step) { return 1; }
+int gconv(void) { return 1; }
+C
+  gcc -shared -fPIC -o "$1/gconv/PLANTED.so" "$1/gconv.c"
+  printf 'module %s %s PLANTED 1\n' 'UTF-8//' 'ANSI_X3.4-1968//' \
+    'ANSI_X3.4-1968//' 'UTF-8//' 'INTERNAL' 'ANSI_X3.4-1968//' \
+    'ANSI_X3.4-1968//' 'INTERNAL' >"$1/gconv/gconv-modules"
+}
+
+@test "a gconv module a sandbox or an image plants is not loaded by a checkpoint or an extraction" {
+  # libarchive converts pax names with iconv, and glibc reads its
+  # converters' configuration from the root of the moment: the
+  # checkpoint's reader works chrooted in the sandbox's upper directory,
+  # an extraction in the layer it unpacks
+  local d=$BATS_TEST_TMPDIR/planted gc=/usr/lib/x86_64-linux-gnu/gconv
+  gconv_module "$d"
+  sb_create --mount "$d/gconv:/opt/gconv:ro"
+  sb_exec sh -c "mkdir -p $gc && cp /opt/gconv/* $gc/ && echo x >/ünïcode-$(printf 'n%.0s' $(seq 120))"
+  run -0 dsec-run checkpoint "$SB"
+  sb_exec sh -c 'test -e /gconv-ran && echo ran || echo clean'
+  jq -e '.stdout == "clean\n"' <<<"$output"
+
+  mkdir -p "$d/tree$gc" "$d/tree/z"
+  cp "$d/gconv/"* "$d/tree$gc/"
+  echo x >"$d/tree/z/ünïcode-$(printf 'n%.0s' $(seq 120))"
+  run -0 dsec-layer create --dir "$d/tree" --name test/gconv@1
+  run -0 dsec-layer materialise test/gconv@1
+  local path
+  path=$(jq -r .path <<<"$output")
+  [ -f "$path/z/ünïcode-$(printf 'n%.0s' $(seq 120))" ]
+  [ ! -e "$path/gconv-ran" ]
+}
+
 # --- exclusive execs ----------------------------------------------------------
 
 @test "exclusive: processes an earlier exec left running cannot see, signal or reach it" {
