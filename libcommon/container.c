@@ -310,7 +310,7 @@ static int mount_in_root(const char *fstype, const char *path, uint64_t attrs)
  * mark never shrinks), so file systems per sandbox cost memory that grows
  * with the square of the density.  Also used by exclusive execs over
  * their own /proc. */
-static void mask_paths(void)
+static int mask_paths(const char **failed)
 {
   for (const char *const *p = readonly_paths; *p; p++) {
     struct stat st;
@@ -320,31 +320,32 @@ static void mask_paths(void)
   for (size_t i = 0; masked_paths[i]; i++) {
     const char *p = masked_paths[i];
     struct stat st;
-    char watched[64];
+    char src[64];
+    int r;
     if (lstat(p, &st) < 0)
       continue;
-    if (S_ISDIR(st.st_mode)) {
-      if (mount("/dev/" MASK_DIR, p, NULL, MS_BIND, NULL) == 0) {
-        /* read-only as its source mount is; said again with the rest */
-        mount(NULL, p, NULL, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID |
-                               MS_NODEV | MS_NOEXEC, NULL);
-        continue;
-      }
-      mount("tmpfs", p, "tmpfs", MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC,
-            "size=0,mode=555");
-      continue;
-    }
     /* an empty file of its own that the supervisor watches (fanotify):
-     * opening a masked file is recorded; /dev/null where there is none.
-     * The supervisor made them in the sandbox's /dev (make_dev), never
-     * files of the image or of a checkpoint. */
-    snprintf(watched, sizeof watched, "/dev/" MASKS "/%zu", i);
-    if (mount(watched, p, NULL, MS_BIND, NULL) == 0)
-      mount(NULL, p, NULL, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC,
-            NULL);
+     * opening a masked file is recorded; the empty /dev/null file (the
+     * real one is bound over it later) for a file it made none for.  The
+     * supervisor made them in the sandbox's /dev (make_dev), never files
+     * of the image or of a checkpoint. */
+    if (S_ISDIR(st.st_mode))
+      snprintf(src, sizeof src, "/dev/%s", MASK_DIR);
     else
-      mount("/dev/null", p, NULL, MS_BIND, NULL);
+      snprintf(src, sizeof src, "/dev/%s/%zu", MASKS, i);
+    r = mount(src, p, NULL, MS_BIND, NULL);
+    if (r < 0 && errno == ENOENT && !S_ISDIR(st.st_mode))
+      r = mount("/dev/null", p, NULL, MS_BIND, NULL);
+    /* read-only as its source mount is; said again with the rest */
+    if (r < 0 || mount(NULL, p, NULL, MS_REMOUNT | MS_BIND | MS_RDONLY |
+                                        MS_NOSUID | MS_NODEV | MS_NOEXEC,
+                       NULL) < 0) {
+      /* a sandbox or an exec without its masks does not start */
+      *failed = p;
+      return -1;
+    }
   }
+  return 0;
 }
 
 static int mkdirs(const char *path, mode_t mode)
@@ -482,9 +483,13 @@ static void init_setup(struct init_ctx *c, json_t *spec)
       chdir("/") < 0)
     die_init(c->sock, "cannot pivot_root");
 
-  /* from here on every path is the sandbox's; the masks first, while the
-   * supervisor's mask files are still at /dev */
-  mask_paths();
+  /* from here on every path is the sandbox's; the masks first, while
+   * /dev/null is still an empty file of ours (their fallback) */
+  {
+    const char *bad = NULL;
+    if (mask_paths(&bad) < 0)
+      die_init(c->sock, "cannot mask %s", bad);
+  }
   setup_dev(&dev, c->sock);
   mkdirs("/tmp", 01777);
   if (workdir && strcmp(workdir, "/") != 0)
@@ -698,7 +703,14 @@ static void call_mounts(struct init_ctx *c, const char *workdir)
     if (mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC,
               NULL) < 0)
       goto fail;
-    mask_paths();
+    {
+      const char *bad = NULL;
+      if (mask_paths(&bad) < 0) {
+        dprintf(STDERR_FILENO, "dsec: cannot mask %s: %s\n", bad,
+                strerror(errno));
+        _exit(125);
+      }
+    }
   } else if (mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC,
                    "subset=pid") < 0)
     /* the call's own /proc shows its processes and nothing of the
@@ -2203,16 +2215,19 @@ static int mask_group(struct sup *s)
  *     over (a user namespace cannot mknod), pts for init's devpts, and
  *     the usual links;
  *   - .dsec: an empty read-only file of its own for each masked file,
- *     which init binds over /proc's and /sys's, and an empty directory
- *     for the masked directories.  The container backend watches the
- *     files' opens (fanotify); an fncall call mounts a /proc of its own,
- *     masked with /dev/null, and is not watched.  They are made whether or
- *     not opens can be watched: without them the kernel's files would stay;
+ *     which init (and an exclusive exec, over its own /proc) binds over
+ *     /proc's and /sys's, and an empty directory for the masked
+ *     directories.  The container backend watches the files' opens
+ *     (fanotify); an fncall call's /proc shows only its processes
+ *     (subset=pid).  They are made whether or not opens can be watched:
+ *     a sandbox whose masks cannot be bound does not start;
  *   - shm, 1777, mounted again at /dev/shm: the one part the sandbox may
  *     write (nosuid, nodev), 64 MiB as a tmpfs of its own was.
  * /dev itself is read-only (nosuid, nodev, noexec) and its files are the
- * supervisor's: nothing in the sandbox can add to it, and the kernel
- * locks these flags in the sandbox's user namespace.  The root of it and
+ * supervisor's: nothing in the sandbox can add to it.  As root, the kernel
+ * locks these flags in the sandbox's user namespace; rootless (no user
+ * namespace of the sandbox's own), the dropped capabilities and the
+ * seccomp filter's refusal of mount calls keep them.  The root of it and
  * shm belong to the sandbox's root, as init's own tmpfs did.  A sandbox
  * whose /dev cannot be made is not created. */
 static int make_dev(struct sup *s, struct dsec_error **err)
@@ -2232,9 +2247,22 @@ static int make_dev(struct sup *s, struct dsec_error **err)
     n++;
   if (rfd < 0)
     return dsec_fail(err, errno, "cannot open %s", root);
-  dev = open_in_root(rfd, "/dev", true, s->base, err);
-  if (dev < 0)
-    return -1;
+  {
+    /* the root's own /dev, a directory: not where a link of the image
+     * or of a checkpoint points (it would take the masks elsewhere) */
+    struct open_how how = { .flags = O_PATH | O_DIRECTORY | O_NOFOLLOW |
+                                     O_CLOEXEC,
+                            .resolve = RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS |
+                                       RESOLVE_NO_XDEV };
+    dev = (int) syscall(SYS_openat2, rfd, "dev", &how, sizeof how);
+    if (dev < 0 && errno == ENOENT)
+      dev = open_in_root(rfd, "/dev", true, s->base, err);
+    else if (dev < 0)
+      return dsec_bad_input(err, "the image's /dev is not a directory (%s)",
+                            strerror(errno));
+    if (dev < 0)
+      return -1;
+  }
   fs = (int) syscall(SYS_fsopen, "tmpfs", FSOPEN_CLOEXEC);
   if (fs < 0 ||
       syscall(SYS_fsconfig, fs, FSCONFIG_SET_STRING, "size", "64m", 0) < 0 ||

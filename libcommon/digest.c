@@ -2,7 +2,6 @@
 
 #include "digest.h"
 
-#include <dlfcn.h>
 #include <errno.h>
 #include <openssl/evp.h>
 #include <pthread.h>
@@ -10,13 +9,13 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "lazylib.h"
+
 /* libcrypto is loaded when first used, not when a program starts: the
  * dynamic linker's relocations make ~400 KiB of its pages private to
  * every process that maps it, and each sandbox's supervisor (and its
  * init, which shares them) would carry them while it hardly ever hashes
- * anything.  Nothing but this file calls it.  A missing libcrypto is a
- * broken installation (the package depends on it): the process aborts
- * with a message, as it would have at its start. */
+ * anything.  Nothing but this file calls it (see lazylib.h). */
 static struct {
   __typeof__(EVP_MD_CTX_new) *md_ctx_new;
   __typeof__(EVP_MD_CTX_free) *md_ctx_free;
@@ -28,11 +27,11 @@ static struct {
 
 static void crypto_load(void)
 {
-  void *lib = dlopen(DSEC_LIBCRYPTO, RTLD_NOW | RTLD_LOCAL);
-  bool all = lib != NULL;
+  void *lib = dsec_lib_open(DSEC_LIBCRYPTO);
 
 #define CRYPTO_SYM(field, name)                                               \
-  all = all && (crypto.field = (__typeof__(crypto.field)) dlsym(lib, name))
+  crypto.field = (__typeof__(crypto.field)) dsec_lib_sym(lib, DSEC_LIBCRYPTO, \
+                                                         name)
   CRYPTO_SYM(md_ctx_new, "EVP_MD_CTX_new");
   CRYPTO_SYM(md_ctx_free, "EVP_MD_CTX_free");
   CRYPTO_SYM(sha256, "EVP_sha256");
@@ -40,11 +39,6 @@ static void crypto_load(void)
   CRYPTO_SYM(update, "EVP_DigestUpdate");
   CRYPTO_SYM(final, "EVP_DigestFinal_ex");
 #undef CRYPTO_SYM
-  if (!all) {
-    /* an installation without the library dsec was built with */
-    fprintf(stderr, "dsec: cannot load %s: %s\n", DSEC_LIBCRYPTO, dlerror());
-    abort();
-  }
 }
 
 static void crypto_need(void)

@@ -4,6 +4,7 @@
 
 #include <archive.h>
 #include <archive_entry.h>
+#include "archive-lazy.h"
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -707,8 +708,14 @@ static int pipeline_open(struct pipeline *pl, int fd,
     const char *msg;
     pl->raw = archive_read_new();
     pl->mid.raw = pl->raw;
-    archive_read_support_filter_zstd(pl->raw);
-    archive_read_support_filter_xz(pl->raw);
+    /* built in or not at all: without libzstd or liblzma, libarchive
+     * would run zstd or xz from PATH, which in an extraction is the
+     * chroot's, the layer's own */
+    if (archive_read_support_filter_zstd(pl->raw) != ARCHIVE_OK ||
+        archive_read_support_filter_xz(pl->raw) != ARCHIVE_OK)
+      return dsec_fail(err, 0, "this libarchive has no built-in zstd and xz "
+                               "decompressors: %s",
+                       archive_error_string(pl->raw));
     archive_read_support_format_raw(pl->raw);
     if (archive_read_open(pl->raw, &pl->src, NULL, src_read, NULL) !=
           ARCHIVE_OK ||
@@ -1059,13 +1066,17 @@ int dsec_tar_rewrite(int fd, const struct dsec_tar_policy *p,
 
 void dsec_tar_preload(void)
 {
+  /* kept open: a converter that is not built in stays loaded (glibc
+   * would unload it on the last close, and look it up again later, in
+   * the root of that moment) */
+  static iconv_t to_utf8 = (iconv_t) -1, from_utf8 = (iconv_t) -1;
   const char *here = nl_langinfo(CODESET);
-  iconv_t cd = iconv_open("UTF-8", here);
-  if (cd != (iconv_t) -1)
-    iconv_close(cd);
-  cd = iconv_open(here, "UTF-8");
-  if (cd != (iconv_t) -1)
-    iconv_close(cd);
+
+  dsec_archive_load();
+  if (to_utf8 == (iconv_t) -1)
+    to_utf8 = iconv_open("UTF-8", here);
+  if (from_utf8 == (iconv_t) -1)
+    from_utf8 = iconv_open(here, "UTF-8");
 }
 
 /* The extracting child: confined to the target by chroot when root (by

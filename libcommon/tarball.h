@@ -132,8 +132,11 @@ int dsec_tar_create(const struct dsec_tar_source *src, size_t n,
  * run by the checkpoint's reader that way, outside its seccomp filter
  * and namespaces.  This makes the first conversions, both ways, in the
  * host's root: the configuration is read once per process, and the
- * conversions libarchive asks for (UTF-8 and the C locale's ASCII) are
- * glibc's built-in ones, which load no module. */
+ * conversions libarchive asks for (UTF-8 and the C locale's ASCII: dsec
+ * sets no locale, and only the tar format is read or written) are
+ * glibc's built-in ones, which load no module; both are kept open
+ * besides, so a converter that is not built in would stay loaded.  It
+ * loads libarchive itself too (archive-lazy.h), from the host's root. */
 void dsec_tar_preload(void);
 
 /* The compression a file starts with, from its magic bytes: "none",

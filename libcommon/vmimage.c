@@ -4,6 +4,7 @@
 
 #include <archive.h>
 #include <archive_entry.h>
+#include "archive-lazy.h"
 #include <dirent.h>
 #include <elf.h>
 #include <errno.h>
@@ -341,8 +342,9 @@ struct buf {
 };
 
 /* Decompresses in, whatever its compression: libarchive's raw format
- * over all its filters reads xz, zstd, gzip, lz4, lzma and bzip2 alike.
- * hint (0: unknown) sizes the buffer; more than max bytes fail. */
+ * over its xz, zstd, gzip, lz4, lzma and bzip2 filters, each built in
+ * (never one of libarchive's external programs, which it would look up in
+ * PATH).  hint (0: unknown) sizes the buffer; more than max bytes fail. */
 static int decompress(const void *in, size_t len, size_t hint, size_t max,
                       const char *what, int status, struct buf *out,
                       struct dsec_error **err)
@@ -355,7 +357,17 @@ static int decompress(const void *in, size_t len, size_t hint, size_t max,
   unsigned char *p = NULL;
   int ret = -1;
 
-  archive_read_support_filter_all(a);
+  if (archive_read_support_filter_xz(a) != ARCHIVE_OK ||
+      archive_read_support_filter_zstd(a) != ARCHIVE_OK ||
+      archive_read_support_filter_gzip(a) != ARCHIVE_OK ||
+      archive_read_support_filter_lz4(a) != ARCHIVE_OK ||
+      archive_read_support_filter_lzma(a) != ARCHIVE_OK ||
+      archive_read_support_filter_bzip2(a) != ARCHIVE_OK) {
+    dsec_error_set(err, DSEC_EXIT_FAILURE, 0, "cannot decompress %s: this "
+                   "libarchive lacks a built-in decompressor: %s", what,
+                   archive_error_string(a));
+    goto out;
+  }
   archive_read_support_format_raw(a);
   if (archive_read_open_memory(a, in, len) != ARCHIVE_OK ||
       archive_read_next_header(a, &e) != ARCHIVE_OK) {

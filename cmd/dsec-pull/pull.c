@@ -4,6 +4,7 @@
 
 #include <archive.h>
 #include <archive_entry.h>
+#include "archive-lazy.h"
 #include <errno.h>
 #include <fcntl.h>
 #include <stdlib.h>

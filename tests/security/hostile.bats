@@ -273,6 +273,21 @@ fncall_create() {
   jq -e '.stdout == "answer\n"' <<<"$output"
 }
 
+@test "an image whose /dev is a link is refused (3): the masks never go elsewhere" {
+  local l=$BATS_TEST_TMPDIR/devlink t
+  for t in proc tmp /; do
+    rm -rf "$l"
+    mkdir -p "$l"
+    ln -s "$t" "$l/dev"
+    dsec-layer create --dir "$l" --name "test/devlink@${#t}" >/dev/null
+    run -3 --separate-stderr dsec-run create --image busybox \
+      --layer "test/devlink@${#t}"
+    [[ $stderr == *"/dev is not a directory"* ]]
+  done
+  # nothing was left running
+  [ -z "$(ls "$DSEC_ROOT/sandboxes" 2>/dev/null)" ]
+}
+
 @test "mask files an image plants are not the masks" {
   local l=$BATS_TEST_TMPDIR/layer i
   mkdir -p "$l/dev/.dsec" "$l/.dsec-masks"
