@@ -866,6 +866,20 @@ EOF
 
 # --- robustness ------------------------------------------------------------------------
 
+@test "an idle sandbox's supervisor and init map neither libarchive nor libcrypto" {
+  # both are loaded on first use: their relocated pages would be memory
+  # every sandbox carries (dsec-run(1), NEWS)
+  local id sup init
+  sb_create >/dev/null # the first create may convert the image's layers
+  id=$(sb_create)
+  run -0 --separate-stderr dsec-run exec "$id" -- true
+  sup=$(dsec-run inspect "$id" | jq -r .supervisor_pid)
+  init=$(dsec-run inspect "$id" | jq -r .init_pid)
+  [ -r "/proc/$sup/maps" ] && [ -r "/proc/$init/maps" ]
+  run -1 grep -E 'libarchive|libcrypto|libxml2|libicu' "/proc/$sup/maps" \
+    "/proc/$init/maps"
+}
+
 @test "kill -9 of the supervisor: ps --all says died, rm cleans everything" {
   local id sup init
   id=$(sb_create)
