@@ -5,8 +5,8 @@
  * It brings libxml2, ICU, libstdc++, nettle and more along, and the
  * dynamic linker's relocations make ~280 KiB of their pages private to
  * every process that maps them: each sandbox's supervisor and init (and
- * every dsec-run exec) carried them, while only pulls, layers, cp and
- * checkpoints need them.
+ * every dsec-run exec) carried them, while only pulls, layers,
+ * checkpoints and a VM's boot files need them.
  *
  * Included after <archive.h> and <archive_entry.h> by the files that call
  * libarchive: each function they use is named here, and each call goes

@@ -2257,9 +2257,11 @@ static int make_dev(struct sup *s, struct dsec_error **err)
     dev = (int) syscall(SYS_openat2, rfd, "dev", &how, sizeof how);
     if (dev < 0 && errno == ENOENT)
       dev = open_in_root(rfd, "/dev", true, s->base, err);
-    else if (dev < 0)
+    else if (dev < 0 && (errno == ELOOP || errno == ENOTDIR))
       return dsec_bad_input(err, "the image's /dev is not a directory (%s)",
                             strerror(errno));
+    else if (dev < 0)
+      return dsec_fail(err, errno, "cannot open the image's /dev");
     if (dev < 0)
       return -1;
   }

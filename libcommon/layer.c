@@ -958,7 +958,8 @@ static la_ssize_t arch_fd_write(struct archive *a, void *ud, const void *buf,
                                 size_t len)
 {
   if (dsec_write_all(*(int *) ud, buf, len, NULL) < 0) {
-    archive_set_error(a, errno, "write failed");
+    int e = errno; /* before the call, which may look libarchive up */
+    archive_set_error(a, e, "write failed");
     return -1;
   }
   return (la_ssize_t) len;

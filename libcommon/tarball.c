@@ -85,8 +85,10 @@ static la_ssize_t src_read(struct archive *a, void *ud, const void **out)
       r = read(s->fd, s->buf, CHUNK);
     while (r < 0 && errno == EINTR);
     if (r < 0) {
+      /* the errno read before the call: its first call looks libarchive
+       * up (archive-lazy.h) */
       s->errnum = errno;
-      archive_set_error(a, errno, "read failed");
+      archive_set_error(a, s->errnum, "read failed");
       return -1;
     }
   }
@@ -713,8 +715,8 @@ static int pipeline_open(struct pipeline *pl, int fd,
      * chroot's, the layer's own */
     if (archive_read_support_filter_zstd(pl->raw) != ARCHIVE_OK ||
         archive_read_support_filter_xz(pl->raw) != ARCHIVE_OK)
-      return dsec_fail(err, 0, "this libarchive has no built-in zstd and xz "
-                               "decompressors: %s",
+      return dsec_fail(err, 0, "this libarchive has no built-in zstd or xz "
+                               "decompressor: %s",
                        archive_error_string(pl->raw));
     archive_read_support_format_raw(pl->raw);
     if (archive_read_open(pl->raw, &pl->src, NULL, src_read, NULL) !=
@@ -1211,6 +1213,8 @@ int dsec_tar_extract(int fd, const char *target,
 
   if (pipe2(pfd, O_CLOEXEC) < 0)
     return dsec_fail(err, errno, "pipe");
+  /* once here, not in each child (materialise extracts a layer each) */
+  dsec_archive_load();
   pid = fork();
   if (pid < 0) {
     close(pfd[0]);

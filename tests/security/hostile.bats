@@ -273,15 +273,20 @@ fncall_create() {
   jq -e '.stdout == "answer\n"' <<<"$output"
 }
 
-@test "an image whose /dev is a link is refused (3): the masks never go elsewhere" {
-  local l=$BATS_TEST_TMPDIR/devlink t
-  for t in proc tmp /; do
+@test "an image whose /dev is a link or a file is refused (3): the masks never go elsewhere" {
+  local l=$BATS_TEST_TMPDIR/devlink t n=0
+  for t in proc tmp / file; do
+    n=$((n + 1))
     rm -rf "$l"
     mkdir -p "$l"
-    ln -s "$t" "$l/dev"
-    dsec-layer create --dir "$l" --name "test/devlink@${#t}" >/dev/null
+    if [ "$t" = file ]; then
+      echo not-a-directory >"$l/dev"
+    else
+      ln -s "$t" "$l/dev"
+    fi
+    dsec-layer create --dir "$l" --name "test/devlink@$n" >/dev/null
     run -3 --separate-stderr dsec-run create --image busybox \
-      --layer "test/devlink@${#t}"
+      --layer "test/devlink@$n"
     [[ $stderr == *"/dev is not a directory"* ]]
   done
   # nothing was left running
