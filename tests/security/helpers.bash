@@ -32,10 +32,16 @@ host_state() {
     [ -r "$f" ] && printf '%s=%s\n' "$f" "$(cat "$f")"
   done
   printf 'hostname=%s\n' "$(hostname)"
-  # the busybox layer in the store: read-only to every sandbox
+  # the busybox layer in the store: read-only to every sandbox.  Not its
+  # erofs.hot (and its temporary file): the record of the image's pages in
+  # the page cache, which a supervisor rewrites when a sandbox stops and
+  # more of them were resident (dsec-layer(1)), so it changes with the
+  # host's page cache, not with what a sandbox wrote
   (cd "$DSEC_ROOT/store/layers/$(cat "$BATS_FILE_TMPDIR/busybox.layer")" &&
-    find . -print0 | LC_ALL=C sort -z | xargs -0 stat -c '%n %f %u %g %s' &&
-    find . -type f -print0 | LC_ALL=C sort -z | xargs -0 sha256sum) |
+    find . ! -name 'erofs.hot*' -print0 | LC_ALL=C sort -z |
+    xargs -0 stat -c '%n %f %u %g %s' &&
+    find . -type f ! -name 'erofs.hot*' -print0 | LC_ALL=C sort -z |
+    xargs -0 sha256sum) |
     sha256sum | sed 's/^/layers=/' 
 }
 
