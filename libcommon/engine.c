@@ -525,13 +525,42 @@ static void jobs_remove(struct dsec_engine *e, struct dsec_job *j)
 static void service_ended(struct dsec_engine *e, struct dsec_job *j,
                           const struct dsec_job_end *end);
 
+/* How long a terminal's last output is waited for when a process the
+ * command left behind still holds the terminal. */
+#define TTY_DRAIN_MS 20
+
+/* A terminal's last output.  What the command wrote before it ended can
+ * still be on its way to the master (the kernel moves it in a worker),
+ * so the master is read until it says that no process holds the other
+ * end any more (EIO), and no longer than TTY_DRAIN_MS when one still
+ * does: such a process's output after its command ended is not the
+ * command's (a terminal's session ends with its command, as ssh's). */
+static void tty_drain(struct dsec_engine *e, struct dsec_job *j)
+{
+  double until = now_ms() + TTY_DRAIN_MS;
+  for (;;) {
+    struct pollfd p;
+    double left;
+    capture_read(e, &j->out);
+    left = until - now_ms();
+    if (j->out.fd < 0 || left <= 0)
+      return;
+    p = (struct pollfd){ j->out.fd, POLLIN, 0 };
+    if (poll(&p, 1, (int) ceil(left)) == 0)
+      return;
+  }
+}
+
 void dsec_job_finish(struct dsec_engine *e, struct dsec_job *j,
                      const struct dsec_job_end *end)
 {
   json_t *res;
   int code, sig = 0;
 
-  capture_read(e, &j->out);
+  if (j->tty_up)
+    tty_drain(e, j);
+  else
+    capture_read(e, &j->out);
   capture_read(e, &j->err);
   if (j->daemon) {
     service_ended(e, j, end);

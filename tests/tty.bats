@@ -131,6 +131,17 @@ wait_traj() {
   out_jq '.stdout == "0\r\n"'
 }
 
+@test "exec --tty: all the command's output is there, and a process it leaves behind on the terminal does not hold the exec" {
+  local id
+  id=$(sb_create)
+  run -0 --separate-stderr dsec-run exec --tty "$id" -- \
+    sh -c 'trap "" HUP; sleep 600 & i=0; while [ $i -lt 300 ]; do echo line$i; i=$((i+1)); done; id -u'
+  out_jq '.stdout | split("\r\n") | length == 302 and .[0] == "line0" and .[299] == "line299" and .[300] == "0" and .[301] == ""'
+  # the sleep still runs, on the terminal the exec had
+  run -0 --separate-stderr dsec-run exec "$id" -- sh -c 'ps -o comm | grep -c "^sleep"'
+  out_jq '.stdout == "1\n"'
+}
+
 @test "exec --tty-size: stty size gives it, it implies --tty; trajectory records tty and tty_size, events say tty" {
   local id
   id=$(sb_create)
