@@ -452,7 +452,17 @@ helper run 20 /bin/true >/dev/null
 if want 1; then
 log "1. create+exec+destroy of true, $N_CYCLE cycles each"
 helper run "$N_WARM" "$DSEC" run --rm --image "$IMAGE" -- true >/dev/null
-helper run "$N_CYCLE" "$DSEC" run --rm --image "$IMAGE" -- true >"$RES/c1_dsec"
+# with BENCH_BASE, the base build's cycles in blocks alternating with
+# this build's (as case 2's)
+: >"$RES/c1_dsec"
+: >"$RES/c1_base"
+[[ -n $BASE ]] && helper run "$N_WARM" "$BASE/dsec-run" run --rm --image "$IMAGE" -- true >/dev/null
+nb=$(((N_CYCLE + 9) / 10))
+for ((k = 0; k < 10; k++)); do
+  helper run "$nb" "$DSEC" run --rm --image "$IMAGE" -- true >>"$RES/c1_dsec"
+  [[ -z $BASE ]] ||
+    helper run "$nb" "$BASE/dsec-run" run --rm --image "$IMAGE" -- true >>"$RES/c1_base"
+done
 helper run "$N_WARM" "$BH" nswrap crun --root "$CRUN_ROOT" run -b "$WORK/bundle" "${CPFX}w{}" >/dev/null
 helper run "$N_CYCLE" "$BH" nswrap crun --root "$CRUN_ROOT" run -b "$WORK/bundle" "${CPFX}c{}" >"$RES/c1_crun_raw"
 net "$RES/c1_crun_raw" "$RES/c1_crun" "$WRAP"
@@ -647,6 +657,7 @@ want 3 && FE_RATE=$(awk -v m="$(mean "$RES/c3_forkexec")" 'BEGIN { printf("%.0f"
     row "1 cycle x$N_CYCLE" "dsec-run run --rm -- true" c1_dsec
     row "1 cycle" "bwrap --unshare-all true" c1_bwrap c1_dsec 1.0
     row "1 cycle" "crun run (net of wrapper)" c1_crun c1_dsec
+    [[ -n $BASE ]] && row "1 cycle" "dsec-run run --rm, BENCH_BASE build ($BASE_BUILD)" c1_base c1_dsec
   fi
   if want 2; then
     row "2 exec x$N_EXEC" "one --requests stream: exec ID true" c2s_dsec

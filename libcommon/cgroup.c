@@ -256,6 +256,53 @@ int dsec_cgroup_attach(struct dsec_cgroup *cg, pid_t pid,
   return 0;
 }
 
+int dsec_cgroup_join_open(struct dsec_cgroup *cg, int fds[DSEC_CG_N],
+                          struct dsec_error **err)
+{
+  for (int c = 0; c < DSEC_CG_N; c++)
+    fds[c] = -1;
+  for (int c = 0; c < DSEC_CG_N; c++) {
+    bool dup = false;
+    _cleanup_free_ char *path = NULL;
+    if (!cg->path[c])
+      continue;
+    for (int k = 0; k < c; k++)
+      dup |= cg->path[k] && strcmp(cg->path[k], cg->path[c]) == 0;
+    if (dup)
+      continue;
+    path = xasprintf("%s/%s", cg->path[c], cg->v2[c] ? "cgroup.procs" : "tasks");
+    fds[c] = open(path, O_WRONLY | O_CLOEXEC);
+    if (fds[c] < 0) {
+      dsec_fail(err, errno, "cannot open %s", path);
+      dsec_cgroup_join_close(fds);
+      return -1;
+    }
+  }
+  return 0;
+}
+
+int dsec_cgroup_join(int fds[DSEC_CG_N])
+{
+  int r = 0, e = 0;
+  for (int c = 0; c < DSEC_CG_N; c++)
+    if (fds[c] >= 0 && r == 0 && write(fds[c], "0", 1) != 1) {
+      e = errno;
+      r = -1;
+    }
+  dsec_cgroup_join_close(fds);
+  errno = e;
+  return r;
+}
+
+void dsec_cgroup_join_close(int fds[DSEC_CG_N])
+{
+  for (int c = 0; c < DSEC_CG_N; c++)
+    if (fds[c] >= 0) {
+      close(fds[c]);
+      fds[c] = -1;
+    }
+}
+
 /* The value of "key N" in an open cgroup file, read from its start. */
 static int64_t pread_key(int fd, const char *key)
 {

@@ -41,7 +41,6 @@
 #include <net/if.h>
 #include <netinet/in.h>
 #include <poll.h>
-#include <pthread.h>
 #include <sched.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -1106,6 +1105,8 @@ struct stage1_args {
                   * 0: the supervisor made it (rootless) */
   int netns_fd;  /* a world's service: its world's network namespace (the
                   * agent's), joined instead of a new one; else -1 */
+  int cg_fds[DSEC_CG_N]; /* the sandbox's cgroups, which stage1 moves
+                          * itself into (dsec_cgroup_join); -1: none */
 };
 
 /* Landlock, once every mount is made: the container's init restricts
@@ -1291,6 +1292,12 @@ _Noreturn static void stage1(struct stage1_args *a)
     if (r < 0)
       die_init(a->sock, "cannot create the user namespace");
   }
+  /* into the sandbox's cgroups, while the supervisor writes our maps and
+   * mounts the root: we are one thread, so v1's cheap move of a thread is
+   * the whole move (see dsec_cgroup_join_open); init and everything of
+   * the sandbox are our children.  A failure is told after "go", where
+   * the supervisor listens for it. */
+  int cg_errno = dsec_cgroup_join(a->cg_fds) < 0 ? errno : 0;
   {
     char buf[4096];
     int fds[3], nfds;
@@ -1300,6 +1307,10 @@ _Noreturn static void stage1(struct stage1_args *a)
       _exit(1);
     json_decref(go);
     a->rootfd = fds[0];
+  }
+  if (cg_errno) {
+    errno = cg_errno;
+    die_init(a->sock, "cannot move into the sandbox's cgroups");
   }
   /* we came in as an id this namespace does not map: become its root, so
    * what we create is owned by a mapped user */
@@ -1739,19 +1750,22 @@ static int xexec_spawn(struct sup *s, struct dsec_job *j, json_t *msg,
 {
   struct init_ctx *c = xexec_ctx(s, err);
   _cleanup_close_ int pidfd = -1;
-  int sp[2] = { -1, -1 }, go[2] = { -1, -1 };
+  int sp[2] = { -1, -1 }, cg[DSEC_CG_N];
   pid_t parent = getpid(), pid;
 
+  for (int i = 0; i < DSEC_CG_N; i++)
+    cg[i] = -1;
   if (!c)
     return -1;
   pidfd = (int) syscall(SYS_pidfd_open, s->init_pid, 0);
   if (pidfd < 0)
     return dsec_fail(err, errno, "cannot reach the sandbox's init");
-  if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sp) < 0 ||
-      pipe2(go, O_CLOEXEC) < 0) {
+  if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sp) < 0) {
     dsec_fail(err, errno, "cannot create the exec's channels");
     goto fail;
   }
+  if (s->e->cg && dsec_cgroup_join_open(s->e->cg, cg, err) < 0)
+    goto fail;
   pid = fork();
   if (pid < 0) {
     dsec_fail(err, errno, "fork");
@@ -1759,10 +1773,16 @@ static int xexec_spawn(struct sup *s, struct dsec_job *j, json_t *msg,
   }
   if (pid == 0) {
     int hi[3];
-    char g;
     prctl(PR_SET_PDEATHSIG, SIGKILL);
-    if (getppid() != parent || read(go[0], &g, 1) != 1)
+    if (getppid() != parent)
       _exit(125);
+    /* into the sandbox's cgroups first, as the one thread we are (see
+     * dsec_cgroup_join_open) */
+    if (dsec_cgroup_join(cg) < 0) {
+      dprintf(fds[2], "dsec: cannot move into the sandbox's cgroups: %s\n",
+              strerror(errno));
+      _exit(125);
+    }
     /* init's core-scheduling cookie: this exec shares no core with
      * another sandbox's tasks either */
     if (s->core_sched == 1 &&
@@ -1793,31 +1813,17 @@ static int xexec_spawn(struct sup *s, struct dsec_job *j, json_t *msg,
     _exit(125);
   }
   close(sp[1]);
-  close(go[0]);
-  sp[1] = go[0] = -1;
-  if (s->e->cg && dsec_cgroup_attach(s->e->cg, pid, err) < 0) {
-    kill(pid, SIGKILL);
-    while (waitpid(pid, NULL, 0) < 0 && errno == EINTR)
-      ;
-    goto fail;
-  }
-  if (write(go[1], "g", 1) != 1) {
-    dsec_fail(err, errno, "the exec's process is gone");
-    goto fail;
-  }
-  close(go[1]);
+  dsec_cgroup_join_close(cg);
   cjob(j)->xpid = pid;
   cjob(j)->xsock = sp[0];
   cjob(j)->w_xsock = (struct dsec_watch){ xsock_message, j, false };
   dsec_engine_watch(s->e, sp[0], EPOLLIN, &cjob(j)->w_xsock);
   return 0;
 fail:
-  for (int i = 0; i < 2; i++) {
+  for (int i = 0; i < 2; i++)
     if (sp[i] >= 0)
       close(sp[i]);
-    if (go[i] >= 0)
-      close(go[i]);
-  }
+  dsec_cgroup_join_close(cg);
   return -1;
 }
 
@@ -2963,19 +2969,6 @@ static int mount_rootfs(struct sup *s, struct dsec_container_opts *o,
   return 0;
 }
 
-struct attach_job {
-  struct dsec_cgroup *cg;
-  pid_t pid;
-  struct dsec_error *err;
-};
-
-static void *attach_main(void *arg)
-{
-  struct attach_job *a = arg;
-  dsec_cgroup_attach(a->cg, a->pid, &a->err);
-  return NULL;
-}
-
 
 /* ---- the container backend */
 
@@ -3127,13 +3120,16 @@ static int start_stage1(struct sup *s, json_t *spec, struct dsec_error **err)
   a.fncall = s->fncall;
   a.owner = s->rootless ? 0 : s->base;
   a.netns_fd = -1;
-  if (s->e->spec->world.agent) {
-    a.netns_fd = world_netns(s->e->spec->world.agent, err);
-    if (a.netns_fd < 0) {
-      close(ip[0]);
-      close(ip[1]);
-      return -1;
-    }
+  for (int c = 0; c < DSEC_CG_N; c++)
+    a.cg_fds[c] = -1;
+  if ((s->e->spec->world.agent &&
+       (a.netns_fd = world_netns(s->e->spec->world.agent, err)) < 0) ||
+      (s->e->cg && dsec_cgroup_join_open(s->e->cg, a.cg_fds, err) < 0)) {
+    if (a.netns_fd >= 0)
+      close(a.netns_fd);
+    close(ip[0]);
+    close(ip[1]);
+    return -1;
   }
   s->stage1_pid = (pid_t) syscall(SYS_clone, SIGCHLD, NULL, NULL, NULL, 0);
   if (s->stage1_pid == 0) {
@@ -3141,6 +3137,7 @@ static int start_stage1(struct sup *s, json_t *spec, struct dsec_error **err)
     stage1(&a);
   }
   close(ip[1]);
+  dsec_cgroup_join_close(a.cg_fds);
   if (a.netns_fd >= 0)
     close(a.netns_fd);
   s->isock = ip[0];
@@ -3171,30 +3168,18 @@ static int start_stage1(struct sup *s, json_t *spec, struct dsec_error **err)
   return 0;
 }
 
-/* 4. The root file system, while a thread moves stage1 into the cgroups
- * (a task into a v1 cgroup waits for an RCU grace period, ~10 ms here). */
+/* 4. The root file system (while stage1 moves itself into the
+ * cgroups). */
 static int root_file_system(struct sup *s, struct dsec_container_opts *o,
                             struct dsec_error **err)
 {
-  struct attach_job attach = { s->e->cg, s->stage1_pid, NULL };
   _cleanup_free_ char *userns_path =
     xasprintf("/proc/%d/ns/user", (int) s->stage1_pid);
   _cleanup_close_ int userns = open(userns_path, O_RDONLY | O_CLOEXEC);
-  pthread_t t;
-  int r;
 
   if (userns < 0)
     return dsec_fail(err, errno, "cannot open the user namespace");
-  if (pthread_create(&t, NULL, attach_main, &attach) != 0)
-    return dsec_fail(err, errno, "cannot start a thread");
-  r = mount_rootfs(s, o, userns, s->base, err);
-  pthread_join(t, NULL);
-  if (r == 0 && attach.err) {
-    *err = steal_pointer(&attach.err);
-    r = -1;
-  }
-  dsec_error_free(attach.err);
-  return r;
+  return mount_rootfs(s, o, userns, s->base, err);
 }
 
 /* 5 and 6. stage1 goes on with the root file system; init sets the
@@ -3332,7 +3317,7 @@ _Noreturn void dsec_supervisor_main(struct dsec_container_opts *o)
   struct sup sv = { 0 }, *s = &sv;
   struct dsec_error *err = NULL;
 
-  /* one malloc arena: the threads (cgroup attach, the proxy's) are few
+  /* one malloc arena: the threads (the proxy's) are few
    * and brief, and an arena each is memory every sandbox pays for */
   mallopt(M_ARENA_MAX, 1);
   s->e = e;

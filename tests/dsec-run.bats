@@ -285,6 +285,23 @@ EOF
   grep -qx "$init" "$p/cgroup.procs"
 }
 
+@test "every process of a sandbox is in each of its cgroups: init, an exec's, an exclusive exec's" {
+  local id init p
+  id=$(sb_create --memory 64 --pids 100 --cpus 1)
+  run -0 --separate-stderr dsec-run inspect "$id"
+  init=$(jq -r .init_pid <<<"$output")
+  for p in $(jq -r '.cgroup | to_entries[] | select(.key != "unavailable") | .value.path' <<<"$output"); do
+    grep -qx "$init" "$p/cgroup.procs"
+  done
+  # seen from inside (its cgroup namespace's root is the sandbox's
+  # cgroups): no line leads out of them, an exclusive exec's neither,
+  # which joins the namespace from outside
+  run -0 --separate-stderr dsec-run exec "$id" -- cat /proc/self/cgroup
+  out_jq '.stdout | split("\n") | map(select(. != "")) | length > 0 and all(endswith(":/"))'
+  run -0 --separate-stderr dsec-run exec --exclusive "$id" -- cat /proc/self/cgroup
+  out_jq '.stdout | split("\n") | map(select(. != "")) | length > 0 and all(endswith(":/"))'
+}
+
 @test "--name: exec, inspect, kill and rm take the name; a name in use is refused" {
   local id
   id=$(sb_create --name web-1)

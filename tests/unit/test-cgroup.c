@@ -2,7 +2,8 @@
  * what is in a sandbox's cgroups, removes a cgroup the sandbox made under
  * its own, and waits for a killed process that leaves its cgroups late
  * (held by a frozen v1 freezer cgroup that is not the sandbox's, thawed
- * well after the kill: as a process whose exit takes long).
+ * well after the kill: as a process whose exit takes long); and a
+ * process's move of itself into the cgroups (dsec_cgroup_join).
  *
  * Needs root and a writable cgroup tree, else skips.  What it makes is
  * <hierarchy>/dsec/sb-<random> and /sys/fs/cgroup/freezer/dsec-test-<pid>;
@@ -310,15 +311,75 @@ static void test_late_leaver(void)
   dsec_cgroup_free(cg);
 }
 
+/* A child moves itself in through the files opened for it: it is then
+ * in each of the sandbox's cgroups (and so are its children), and keeps
+ * none of the files open. */
+static void test_join(void)
+{
+  _cleanup_free_ char *id = new_id();
+  struct dsec_cgroup *cg = make_cgroup(id);
+  struct dsec_error *err = NULL;
+  int fds[DSEC_CG_N], opened[DSEC_CG_N], p[2];
+  bool in_all = true;
+  char c = 0;
+  pid_t pid;
+
+  if (dsec_cgroup_join_open(cg, fds, &err) < 0)
+    bail_out("cannot open the cgroups' files: %s", err->msg);
+  memcpy(opened, fds, sizeof fds);
+  if (pipe(p) < 0)
+    bail_out("pipe");
+  fflush(stdout);
+  pid = fork();
+  if (pid < 0)
+    bail_out("fork");
+  if (pid == 0) {
+    /* 'j': joined; 'o': a file left open; 'f': the move failed */
+    c = 'j';
+    if (dsec_cgroup_join(fds) < 0)
+      c = 'f';
+    for (int i = 0; i < DSEC_CG_N; i++)
+      if (fds[i] != -1 || (opened[i] >= 0 && fcntl(opened[i], F_GETFD) >= 0))
+        c = c == 'j' ? 'o' : c;
+    if (write(p[1], &c, 1) != 1)
+      _exit(1);
+    for (;;)
+      pause();
+  }
+  if (nkids < ARRAY_SIZE(kids))
+    kids[nkids++] = pid;
+  close(p[1]);
+  dsec_cgroup_join_close(fds);
+  if (read(p[0], &c, 1) != 1)
+    c = 0;
+  close(p[0]);
+  is_int(c, 'j', "the child moved itself in and kept no cgroup file open");
+  for (int i = 0; i < DSEC_CG_N; i++) {
+    char want[32];
+    snprintf(want, sizeof want, "%d\n", (int) pid);
+    if (cg->path[i] && !read_is(cg->path[i], "cgroup.procs", want)) {
+      diag("%s does not hold just the child", cg->path[i]);
+      in_all = false;
+    }
+  }
+  ok(in_all, "each of the sandbox's cgroups holds the child");
+  is_int(dsec_cgroup_destroy(cg, &err), 0, "destroy succeeds");
+  diag_error(err);
+  ok(died_of_sigkill(pid), "the child was SIGKILLed");
+  dsec_error_free(err);
+  dsec_cgroup_free(cg);
+}
+
 int main(void)
 {
   if (geteuid() != 0)
     skip_all("needs root");
   prctl(PR_SET_NAME, "dsec-test-cg");
   atexit(cleanup);
-  plan(11);
+  plan(15);
   test_kills_and_removes();
   test_nested();
   test_late_leaver();
+  test_join();
   return done_testing();
 }
