@@ -40,6 +40,9 @@ done
 [[ $CASES =~ ^[1-5\ ]+$ ]] || die "BENCH_CASES is a list of case numbers (1 to 5)"
 # want N: case N is to be run (BENCH_CASES)
 want() { [[ " $CASES " == *" $1 "* ]]; }
+# block K N: how many of N runs go in block K of ten alternating blocks
+# (the ten add up to N)
+block() { echo $(($2 * ($1 + 1) / 10 - $2 * $1 / 10)); }
 [[ $(id -u) -eq 0 ]] || die "needs root (dsec-run, crun, cgroups); run: sudo $0"
 for b in dsec-run dsec-pull; do
   [[ -x $BIN/$b ]] || die "$BIN/$b not found: build dsec first (or set DSEC_BIN)"
@@ -457,8 +460,9 @@ helper run "$N_WARM" "$DSEC" run --rm --image "$IMAGE" -- true >/dev/null
 : >"$RES/c1_dsec"
 : >"$RES/c1_base"
 [[ -n $BASE ]] && helper run "$N_WARM" "$BASE/dsec-run" run --rm --image "$IMAGE" -- true >/dev/null
-nb=$(((N_CYCLE + 9) / 10))
 for ((k = 0; k < 10; k++)); do
+  nb=$(block "$k" "$N_CYCLE")
+  ((nb > 0)) || continue
   helper run "$nb" "$DSEC" run --rm --image "$IMAGE" -- true >>"$RES/c1_dsec"
   [[ -z $BASE ]] ||
     helper run "$nb" "$BASE/dsec-run" run --rm --image "$IMAGE" -- true >>"$RES/c1_base"
@@ -497,8 +501,9 @@ helper run "$N_WARM" nsenter -t "$CPID" -a true >/dev/null
 : >"$RES/c2s_dsec.raw"
 : >"$RES/c2s_base.raw"
 : >"$RES/c2_nsenter"
-nb=$(((N_EXEC + 9) / 10))
 for ((k = 0; k < 10; k++)); do
+  nb=$(block "$k" "$N_EXEC")
+  ((nb > 0)) || continue
   helper stream "$nb" "$DSEC" exec "$SB" --requests - >>"$RES/c2s_dsec.raw"
   helper run "$nb" nsenter -t "$CPID" -a true >>"$RES/c2_nsenter"
   helper run "$nb" "$DSEC" exec "$SB" -- true >>"$RES/c2_dsec"
@@ -543,8 +548,9 @@ fi
 : >"$RES/c3_fncall.raw"
 : >"$RES/c3_base.raw"
 : >"$RES/c3_forkexec"
-nb=$(((N_CALLS + 9) / 10))
 for ((k = 0; k < 10; k++)); do
+  nb=$(block "$k" "$N_CALLS")
+  ((nb > 0)) || continue
   helper stream "$nb" "$DSEC" exec "$FSB" --requests - >>"$RES/c3_fncall.raw"
   helper run "$nb" /bin/true >>"$RES/c3_forkexec"
   [[ -n $BASE ]] && helper stream "$nb" "$BASE/dsec-run" exec "$FSBB" --requests - >>"$RES/c3_base.raw"

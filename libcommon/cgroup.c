@@ -281,17 +281,24 @@ int dsec_cgroup_join_open(struct dsec_cgroup *cg, int fds[DSEC_CG_N],
   return 0;
 }
 
-int dsec_cgroup_join(int fds[DSEC_CG_N])
+int dsec_cgroup_join(int fds[DSEC_CG_N], int *failed)
 {
   int r = 0, e = 0;
   for (int c = 0; c < DSEC_CG_N; c++)
     if (fds[c] >= 0 && r == 0 && write(fds[c], "0", 1) != 1) {
       e = errno;
       r = -1;
+      if (failed)
+        *failed = c;
     }
   dsec_cgroup_join_close(fds);
   errno = e;
   return r;
+}
+
+const char *dsec_cgroup_ctrl_name(int c)
+{
+  return c >= 0 && c < DSEC_CG_N ? ctrl_names[c] : "?";
 }
 
 void dsec_cgroup_join_close(int fds[DSEC_CG_N])

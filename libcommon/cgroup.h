@@ -34,17 +34,22 @@ int dsec_cgroup_attach(struct dsec_cgroup *cg, pid_t pid,
                        struct dsec_error **err);
 /* A process that moves itself into the cgroups: fds[c] (or -1) is the
  * file, one per hierarchy, that it writes "0" to (dsec_cgroup_join).  On
- * v1 that is "tasks", which moves the calling thread only, without the
- * lock that a move of a whole process takes (whose first taking waits for
- * an RCU grace period, 6-18 ms here): the process must be single-threaded
- * then, as a freshly forked one is.  On v2, "cgroup.procs".  The files
- * are opened by the caller (the kernel checks the opener's credentials),
- * so the process may already have dropped its own. */
+ * v1 that is "tasks", which moves the calling thread only, without
+ * write-locking the host-wide rwsem that a move of a whole process takes
+ * (whose first taking after a quiet spell waits for an RCU grace period,
+ * 6-18 ms here): the process must be single-threaded then, as a freshly
+ * forked one is.  On v2, "cgroup.procs".  The files are opened by the
+ * caller, and the kernel checks the opener's credentials and cgroup
+ * namespace (Linux 5.16, and the stable kernels with the fix for
+ * CVE-2021-4197), so the process may have dropped its own by then. */
 int dsec_cgroup_join_open(struct dsec_cgroup *cg, int fds[DSEC_CG_N],
                           struct dsec_error **err);
-/* The move, and the files closed; -1 with errno set on a failure. */
-int dsec_cgroup_join(int fds[DSEC_CG_N]);
+/* The move, and the files closed; -1 with errno set on a failure, and
+ * *failed (if not NULL) the controller whose file refused it. */
+int dsec_cgroup_join(int fds[DSEC_CG_N], int *failed);
 void dsec_cgroup_join_close(int fds[DSEC_CG_N]);
+/* A controller's name: "memory", "pids", "cpu", "freezer". */
+const char *dsec_cgroup_ctrl_name(int c);
 /* Core scheduling for a latency-class sandbox: gives pid's thread group
  * (and whatever it forks from now on) a core-scheduling cookie of its
  * own (prctl PR_SCHED_CORE), so that no task of another cookie, a

@@ -1282,7 +1282,11 @@ _Noreturn static void stage1(struct stage1_args *a)
      * none can use up host root's.  The supervisor writes its maps. */
     json_t *m = json_pack("{s:s}", "op", "userns");
     pid_t parent = getppid();
-    int r = setgroups(0, NULL) == 0 && setresgid(a->owner, a->owner, a->owner) == 0 &&
+    /* not dumpable as the owner's id either (fs.suid_dumpable may say
+     * otherwise): until the move below we hold files the host's root
+     * opened (dsec_cgroup_join_open) */
+    int r = prctl(PR_SET_DUMPABLE, 0) == 0 && setgroups(0, NULL) == 0 &&
+            setresgid(a->owner, a->owner, a->owner) == 0 &&
             setresuid(a->owner, a->owner, a->owner) == 0 &&
             prctl(PR_SET_PDEATHSIG, SIGKILL) == 0 && getppid() == parent &&
             unshare(CLONE_NEWUSER) == 0
@@ -1297,7 +1301,8 @@ _Noreturn static void stage1(struct stage1_args *a)
    * the whole move (see dsec_cgroup_join_open); init and everything of
    * the sandbox are our children.  A failure is told after "go", where
    * the supervisor listens for it. */
-  int cg_errno = dsec_cgroup_join(a->cg_fds) < 0 ? errno : 0;
+  int cg_failed = -1;
+  int cg_errno = dsec_cgroup_join(a->cg_fds, &cg_failed) < 0 ? errno : 0;
   {
     char buf[4096];
     int fds[3], nfds;
@@ -1310,7 +1315,8 @@ _Noreturn static void stage1(struct stage1_args *a)
   }
   if (cg_errno) {
     errno = cg_errno;
-    die_init(a->sock, "cannot move into the sandbox's cgroups");
+    die_init(a->sock, "cannot move into the sandbox's %s cgroup",
+             dsec_cgroup_ctrl_name(cg_failed));
   }
   /* we came in as an id this namespace does not map: become its root, so
    * what we create is owned by a mapped user */
@@ -1778,9 +1784,10 @@ static int xexec_spawn(struct sup *s, struct dsec_job *j, json_t *msg,
       _exit(125);
     /* into the sandbox's cgroups first, as the one thread we are (see
      * dsec_cgroup_join_open) */
-    if (dsec_cgroup_join(cg) < 0) {
-      dprintf(fds[2], "dsec: cannot move into the sandbox's cgroups: %s\n",
-              strerror(errno));
+    int failed = -1;
+    if (dsec_cgroup_join(cg, &failed) < 0) {
+      dprintf(fds[2], "dsec: cannot move into the sandbox's %s cgroup: %s\n",
+              dsec_cgroup_ctrl_name(failed), strerror(errno));
       _exit(125);
     }
     /* init's core-scheduling cookie: this exec shares no core with

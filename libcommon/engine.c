@@ -526,22 +526,27 @@ static void service_ended(struct dsec_engine *e, struct dsec_job *j,
                           const struct dsec_job_end *end);
 
 /* How long a terminal's last output is waited for when a process the
- * command left behind still holds the terminal. */
+ * command left behind still holds the terminal: TTY_DRAIN_MS after the
+ * last that came, TTY_DRAIN_MAX_MS in all. */
 #define TTY_DRAIN_MS 20
+#define TTY_DRAIN_MAX_MS 200
 
 /* A terminal's last output.  What the command wrote before it ended can
  * still be on its way to the master (the kernel moves it in a worker),
  * so the master is read until it says that no process holds the other
- * end any more (EIO), and no longer than TTY_DRAIN_MS when one still
- * does: such a process's output after its command ended is not the
- * command's (a terminal's session ends with its command, as ssh's). */
+ * end any more (EIO), and no longer than the above when one still does:
+ * such a process's output after its command ended is not the command's
+ * (a terminal's session ends with its command, as ssh's). */
 static void tty_drain(struct dsec_engine *e, struct dsec_job *j)
 {
-  double until = now_ms() + TTY_DRAIN_MS;
+  double start = now_ms(), until = start + TTY_DRAIN_MS;
   for (;;) {
     struct pollfd p;
     double left;
+    uint64_t before = j->out.k.total;
     capture_read(e, &j->out);
+    if (j->out.k.total > before)
+      until = fmin(now_ms() + TTY_DRAIN_MS, start + TTY_DRAIN_MAX_MS);
     left = until - now_ms();
     if (j->out.fd < 0 || left <= 0)
       return;

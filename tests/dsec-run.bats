@@ -290,6 +290,7 @@ EOF
   id=$(sb_create --memory 64 --pids 100 --cpus 1)
   run -0 --separate-stderr dsec-run inspect "$id"
   init=$(jq -r .init_pid <<<"$output")
+  out_jq '[.cgroup | to_entries[] | select(.key != "unavailable")] | length > 0'
   for p in $(jq -r '.cgroup | to_entries[] | select(.key != "unavailable") | .value.path' <<<"$output"); do
     grep -qx "$init" "$p/cgroup.procs"
   done
