@@ -156,18 +156,29 @@ static const char *some_dir(struct dsec_cgroup *cg)
   return NULL;
 }
 
-static bool read_is(const char *dir, const char *file, const char *want)
+/* A small cgroup file's text in buf; false if it cannot be read. */
+static bool read_small(const char *dir, const char *file, char *buf,
+                       size_t size)
 {
-  char path[512], buf[64] = "";
+  char path[512];
   ssize_t n;
   int fd;
   snprintf(path, sizeof path, "%s/%s", dir, file);
   fd = open(path, O_RDONLY | O_CLOEXEC);
   if (fd < 0)
     return false;
-  n = read(fd, buf, sizeof buf - 1);
+  n = read(fd, buf, size - 1);
   close(fd);
-  return n > 0 && strncmp(buf, want, strlen(want)) == 0;
+  buf[n > 0 ? n : 0] = '\0';
+  return n >= 0;
+}
+
+/* The file starts with want. */
+static bool read_is(const char *dir, const char *file, const char *want)
+{
+  char buf[64];
+  return read_small(dir, file, buf, sizeof buf) && buf[0] &&
+         strncmp(buf, want, strlen(want)) == 0;
 }
 
 /* SIGKILL is pending for pid (sent, not yet acted on). */
@@ -314,19 +325,8 @@ static void test_late_leaver(void)
 /* The whole of a small cgroup file is want. */
 static bool read_exactly(const char *dir, const char *file, const char *want)
 {
-  char path[512], buf[256];
-  ssize_t n;
-  int fd;
-  snprintf(path, sizeof path, "%s/%s", dir, file);
-  fd = open(path, O_RDONLY | O_CLOEXEC);
-  if (fd < 0)
-    return false;
-  n = read(fd, buf, sizeof buf - 1);
-  close(fd);
-  if (n < 0)
-    return false;
-  buf[n] = '\0';
-  return strcmp(buf, want) == 0;
+  char buf[256];
+  return read_small(dir, file, buf, sizeof buf) && strcmp(buf, want) == 0;
 }
 
 /* A child moves itself in through the files opened for it, after it has
