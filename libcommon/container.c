@@ -1051,10 +1051,14 @@ _Noreturn static void init_loop(struct init_ctx *c)
             (unsigned) json_integer_value(json_object_get(req, "rows")), path,
             sizeof path);
           json_t *tm = json_pack("{s:s, s:I}", "op", "tty", "xid", (json_int_t) xid);
-          if (m >= 0 && msg_send(c->sock, tm, &m, 1) == 0)
+          /* and its other end, which the supervisor holds until it has
+           * read the command's last output (see tty_drain) */
+          int ends[2] = { m, m >= 0 ? open(path, O_RDWR | O_NOCTTY | O_CLOEXEC) : -1 };
+          if (m >= 0 && ends[1] >= 0 && msg_send(c->sock, tm, ends, 2) == 0)
             json_object_set_new(req, "tty_path", json_string(path));
-          if (m >= 0)
-            close(m);
+          for (int i = 0; i < 2; i++)
+            if (ends[i] >= 0)
+              close(ends[i]);
           json_decref(tm);
         }
         if (json_is_true(json_object_get(req, "tty")) &&
@@ -1602,11 +1606,12 @@ static void init_message(struct dsec_engine *e, void *p, uint32_t events)
   if (op && strcmp(op, "listener") == 0 && nfds == 1) {
     listener_add(s, fds[0], (uint64_t) json_integer_value(json_object_get(m, "xid")));
     nfds = 0;
-  } else if (op && strcmp(op, "tty") == 0 && nfds == 1) {
+  } else if (op && strcmp(op, "tty") == 0 && (nfds == 1 || nfds == 2)) {
     if (j)
-      dsec_job_tty(e, j, fds[0]);
+      dsec_job_tty(e, j, fds[0], nfds == 2 ? fds[1] : -1);
     else
-      close(fds[0]);
+      for (int i = 0; i < nfds; i++)
+        close(fds[i]);
     nfds = 0;
   } else if (op && j && strcmp(op, "started") == 0) {
     process_told(s, j, m, from);

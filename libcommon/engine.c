@@ -452,9 +452,13 @@ void dsec_job_output(struct dsec_engine *e, struct dsec_job *j, int stream,
     c->k.total = total;
 }
 
-void dsec_job_tty(struct dsec_engine *e, struct dsec_job *j, int fd)
+void dsec_job_tty(struct dsec_engine *e, struct dsec_job *j, int fd,
+                  int slave)
 {
   j->tty_up = true;
+  if (j->tty_slave >= 0)
+    close(j->tty_slave);
+  j->tty_slave = slave;
   if (j->out.fd >= 0) {
     epoll_ctl(e->epfd, EPOLL_CTL_DEL, j->out.fd, NULL);
     close(j->out.fd);
@@ -496,7 +500,9 @@ static void job_free(struct dsec_engine *e, struct dsec_job *j)
     close_watched(e, j->err.fd);
   if (j->in_fd >= 0)
     close_watched(e, j->in_fd);
-  j->out.fd = j->err.fd = j->in_fd = -1;
+  if (j->tty_slave >= 0)
+    close(j->tty_slave);
+  j->out.fd = j->err.fd = j->in_fd = j->tty_slave = -1;
   j->out.w.dead = j->err.w.dead = j->w_in.dead = true;
   free(j->out.k.data);
   free(j->err.k.data);
@@ -532,14 +538,21 @@ static void service_ended(struct dsec_engine *e, struct dsec_job *j,
 #define TTY_DRAIN_MAX_MS 200
 
 /* A terminal's last output.  What the command wrote before it ended can
- * still be on its way to the master (the kernel moves it in a worker),
- * so the master is read until it says that no process holds the other
- * end any more (EIO), and no longer than the above when one still does:
- * such a process's output after its command ended is not the command's
- * (a terminal's session ends with its command, as ssh's). */
+ * still be on its way to the master (the kernel moves it in a worker).
+ * While we hold the other end, a read waits for that move and then says
+ * EAGAIN, never EIO: so the master is read to EAGAIN first, and only then
+ * is our end let go.  It is then read until it says that no process holds
+ * the other end any more (EIO), and no longer than the above when one
+ * still does: such a process's output after its command ended is not the
+ * command's (a terminal's session ends with its command, as ssh's). */
 static void tty_drain(struct dsec_engine *e, struct dsec_job *j)
 {
   double start = now_ms(), until = start + TTY_DRAIN_MS;
+  capture_read(e, &j->out);
+  if (j->tty_slave >= 0) {
+    close(j->tty_slave);
+    j->tty_slave = -1;
+  }
   for (;;) {
     struct pollfd p;
     double left;
@@ -672,7 +685,7 @@ static struct dsec_job *job_new(struct dsec_engine *e)
 {
   struct dsec_job *j = xzalloc(sizeof *j);
   j->xid = ++e->next_xid;
-  j->out.fd = j->err.fd = j->in_fd = -1;
+  j->out.fd = j->err.fd = j->in_fd = j->tty_slave = -1;
   j->out.job = j->err.job = j;
   j->out.name = "stdout";
   j->err.name = "stderr";

@@ -101,6 +101,8 @@ struct dsec_job {
   bool tty;               /* on a terminal: its master is out.fd (and in_fd) */
   bool interactive;       /* its client sends input and resizes as it runs */
   bool tty_up;            /* the terminal's master has come (dsec_job_tty) */
+  int tty_slave;          /* the terminal's other end, held until the command
+                           * ended and its output was read, or -1 */
   /* a world's service's command: its engine (the job is also a shell, so
    * idle timers do not count it; its output goes to service.log), or NULL */
   struct dsec_engine *daemon;
@@ -270,8 +272,11 @@ void dsec_job_pipes(struct dsec_engine *e, struct dsec_job *j, int out,
 void dsec_job_input_taken(struct dsec_engine *e, struct dsec_job *j,
                           uint64_t n);
 /* The exec runs on a terminal whose master is fd (taken): its output is
- * read from it, its input written to it. */
-void dsec_job_tty(struct dsec_engine *e, struct dsec_job *j, int fd);
+ * read from it, its input written to it.  slave (taken, or -1) is the
+ * terminal's other end, held so that the master never reports the end
+ * (EIO) while the command's last output is still on its way. */
+void dsec_job_tty(struct dsec_engine *e, struct dsec_job *j, int fd,
+                  int slave);
 /* Output that came otherwise (a guest's answer): kept within the cap,
  * streamed to a client that asked; total is the stream's whole size
  * (more than len when the guest kept only the cap). */

@@ -142,6 +142,23 @@ wait_traj() {
   out_jq '.stdout == "1\n"'
 }
 
+@test "exec --tty: the supervisor holds the terminal's other end while the command runs, and lets it go after" {
+  local id sup i
+  id=$(sb_create)
+  sup=$(dsec-run inspect "$id" | jq -r .supervisor_pid)
+  # (held: so the master never says "no one is there" before it gave the
+  # command's last output)
+  bg dsec-run exec --tty "$id" -- sh -c 'touch /tmp/up; exec sleep 600'
+  for ((i = 0; i < 600; i++)); do
+    dsec-run exec "$id" -- test -e /tmp/up | jq -e '.exit_code == 0' >/dev/null && break
+    sleep 0.1
+  done
+  ls -l "/proc/$sup/fd" | grep -qE 'pts/[0-9]+$'
+  run -0 --separate-stderr dsec-run exec "$id" -- sh -c 'kill $(pidof sleep)'
+  wait "$BG" || true
+  ! ls -l "/proc/$sup/fd" | grep -E 'pts/'
+}
+
 @test "exec --tty-size: stty size gives it, it implies --tty; trajectory records tty and tty_size, events say tty" {
   local id
   id=$(sb_create)

@@ -496,6 +496,8 @@ struct job {
   bool keep_stdin;   /* more comes ("stdin" messages): a session's shell */
   bool acks;         /* "stdin_ack" what was written (a copy's flow control) */
   uint64_t oom_before;
+  int tty_slave;     /* a terminal's other end, held until the command's
+                      * last output was read (job_finish), or -1 */
   struct job *next;
 };
 
@@ -559,6 +561,7 @@ static void job_start(json_t *req, const char *stdin_buf, size_t stdin_len)
              NULL, 0, NULL, 0);
     return;
   }
+  j->tty_slave = -1;
   int in[2], out[2], er[2], tty = -1;
   char *tty_in = NULL;
   double timeout_ms = json_number_value(json_object_get(req, "timeout_ms"));
@@ -594,6 +597,9 @@ static void job_start(json_t *req, const char *stdin_buf, size_t stdin_len)
       return;
     }
     json_object_set_new(req, "tty_path", json_string(path));
+    /* held while the command runs: the master then never says EIO
+     * before the command's last output is read (job_finish) */
+    j->tty_slave = open(path, O_RDWR | O_NOCTTY | O_CLOEXEC);
   }
   j->oom_before = oom_kills();
   j->pid = fork();
@@ -608,6 +614,8 @@ static void job_start(json_t *req, const char *stdin_buf, size_t stdin_len)
     close(er[0]);
     if (tty >= 0)
       close(tty);
+    if (j->tty_slave >= 0)
+      close(j->tty_slave);
     send_msg(json_pack("{s:s, s:I, s:s}", "op", "result", "id", j->id, "error",
                        "fork failed"), NULL, 0, NULL, 0);
     free(j);
@@ -704,6 +712,14 @@ static void job_finish(struct job *j)
   json_t *m;
   bool oom;
   capture_read(&j->out);
+  if (j->tty_slave >= 0) {
+    /* read to EAGAIN while we held the other end (the kernel had moved
+     * the last output by then); what a process left behind on the
+     * terminal wrote since, or the end (EIO) */
+    close(j->tty_slave);
+    j->tty_slave = -1;
+    capture_read(&j->out);
+  }
   capture_read(&j->err);
   oom = WIFSIGNALED(j->status) && WTERMSIG(j->status) == SIGKILL &&
         !j->timed_out && oom_kills() > j->oom_before;
