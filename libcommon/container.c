@@ -201,6 +201,11 @@ struct init_ctx {
   bool vfork_ok;   /* such a child may change its credentials (see
                     * init_spawn) */
   bool bset_dropped; /* our bounding set is empty: so is our children's */
+  /* fncall: the next call's process, made ahead (warm_spawn) */
+  pid_t warm_pid;  /* 0: none */
+  int warm_sock;   /* where its request goes */
+  bool warm_off;   /* one failed to prepare: calls start as they come */
+  bool premounted; /* (in that process) its base mounts are made */
 };
 
 /* Paths masked in /proc and /sys: files get a watched empty file (or
@@ -694,50 +699,58 @@ static void call_enter(struct init_ctx *c, const char *workdir, int *life)
   call_split(sp[1]);
 }
 
-/* A call's own /proc, /dev/shm, and for fncall /tmp and working
- * directory, in its new mount namespace. */
-static void call_mounts(struct init_ctx *c, const char *workdir)
+static _Noreturn void call_mount_failed(void)
+{
+  dprintf(STDERR_FILENO, "dsec: cannot prepare the call: %s\n",
+          strerror(errno));
+  _exit(125);
+}
+
+/* A call's own /proc, /dev/shm, and for fncall /tmp, in its new mount
+ * namespace: what does not depend on the request. */
+static void call_base_mounts(struct init_ctx *c)
 {
   if (c->exclusive) {
+    const char *bad = NULL;
     if (mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC,
               NULL) < 0)
-      goto fail;
-    {
-      const char *bad = NULL;
-      if (mask_paths(&bad) < 0) {
-        dprintf(STDERR_FILENO, "dsec: cannot mask %s: %s\n", bad,
-                strerror(errno));
-        _exit(125);
-      }
+      call_mount_failed();
+    if (mask_paths(&bad) < 0) {
+      dprintf(STDERR_FILENO, "dsec: cannot mask %s: %s\n", bad,
+              strerror(errno));
+      _exit(125);
     }
   } else if (mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC,
                    "subset=pid") < 0)
     /* the call's own /proc shows its processes and nothing of the
      * kernel's (subset=pid: no sysctls, no kpage* or kcore files) */
-    goto fail;
+    call_mount_failed();
   /* calls share no SysV IPC (own IPC namespace) or POSIX shared memory */
   if (mount("tmpfs", "/dev/shm", "tmpfs", MS_NOSUID | MS_NODEV,
             "mode=1777,size=67108864") < 0)
-    goto fail;
-  if (c->exclusive)
+    call_mount_failed();
+  if (!c->exclusive &&
+      mount("tmpfs", "/tmp", "tmpfs", MS_NOSUID | MS_NODEV, c->tmp_size) < 0)
+    call_mount_failed();
+}
+
+/* The call's mounts (the base ones already there in a warm call, see
+ * warm_spawn), and for fncall a clean working directory. */
+static void call_mounts(struct init_ctx *c, const char *workdir)
+{
+  if (!c->premounted)
+    call_base_mounts(c);
+  if (c->exclusive || strcmp(workdir, "/") == 0 || strcmp(workdir, "/tmp") == 0)
     return;
-  if (mount("tmpfs", "/tmp", "tmpfs", MS_NOSUID | MS_NODEV, c->tmp_size) < 0)
-    goto fail;
-  if (strcmp(workdir, "/") != 0 && strcmp(workdir, "/tmp") != 0 &&
-      mount("tmpfs", workdir, "tmpfs", MS_NOSUID | MS_NODEV, c->tmp_size) < 0) {
+  if (mount("tmpfs", workdir, "tmpfs", MS_NOSUID | MS_NODEV, c->tmp_size) < 0) {
     /* as any exec: a working directory it cannot enter is 126 */
     if (errno == ENOENT || errno == ENOTDIR || errno == EACCES) {
       dprintf(STDERR_FILENO, "dsec: cannot enter %s: %s\n", workdir,
               strerror(errno));
       _exit(DSEC_EXIT_CANNOT_EXEC);
     }
-    goto fail;
+    call_mount_failed();
   }
-  return;
-fail:
-  dprintf(STDERR_FILENO, "dsec: cannot prepare the call: %s\n",
-          strerror(errno));
-  _exit(125);
 }
 
 /* fncall and exclusive execs: the call's Landlock domain, made from the call's own mounts,
@@ -930,6 +943,81 @@ static int spawn_child(void *x)
   dsec_guest_exec(x);
 }
 
+/* fncall: the next call, made ahead.  A call's process is PID 1 of its
+ * own pid, mount and IPC namespaces, with its own /proc, /dev/shm and
+ * /tmp (call_base_mounts): none of that depends on the request, and
+ * making it (a copy of init, of the sandbox's mount table and a new IPC
+ * namespace, three mounts) was half of what a call cost.  So after each
+ * call init makes the next one's process, which waits for its request on
+ * a socket of its own; the call that comes is handed to it (warm_hand),
+ * and makes the next.  Each such process serves one call and is never
+ * reused: calls still share nothing.  It is made after the call's pipes
+ * are closed (it must not hold them), and holds nothing but init's
+ * socket (3) and its own. */
+static void warm_spawn(struct init_ctx *c, char *buf)
+{
+  int sp[2], fds[3], nfds;
+  pid_t pid;
+  json_t *req;
+
+  if (c->warm_pid > 0 || c->warm_off || !spawn_stack(c))
+    return;
+  if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sp) < 0)
+    return;
+  pid = (pid_t) syscall(SYS_clone, CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWIPC |
+                                     SIGCHLD,
+                        NULL, NULL, NULL, 0);
+  if (pid < 0) {
+    close(sp[0]);
+    close(sp[1]);
+    return;
+  }
+  if (pid > 0) {
+    close(sp[1]);
+    c->warm_pid = pid;
+    c->warm_sock = sp[0];
+    return;
+  }
+  prctl(PR_SET_NAME, "dsec-call", 0, 0, 0);
+  close(sp[0]);
+  call_base_mounts(c);
+  c->premounted = true;
+  req = msg_recv(sp[1], buf, MSG_MAX, fds, &nfds);
+  if (!req || nfds != 3)
+    _exit(0); /* init is done with us */
+  close(sp[1]);
+  init_exec_child(c, req, fds);
+}
+
+/* Ends the call made ahead, if any (reaped as any orphan). */
+static void warm_drop(struct init_ctx *c)
+{
+  if (c->warm_pid <= 0)
+    return;
+  kill(c->warm_pid, SIGKILL);
+  close(c->warm_sock);
+  c->warm_pid = 0;
+}
+
+/* Hands the call req (with its pipes, fds) to the call made ahead: true
+ * when it has it (it is then the job's process, *pid).  A process that
+ * cannot take it is dropped; the call then starts as it comes. */
+static bool warm_hand(struct init_ctx *c, json_t *req, const int *fds,
+                      pid_t *pid)
+{
+  if (c->warm_pid <= 0)
+    return false;
+  if (msg_send(c->warm_sock, req, fds, 3) < 0) {
+    if (errno != EMSGSIZE) /* else it may take a smaller one */
+      warm_drop(c);
+    return false;
+  }
+  *pid = c->warm_pid;
+  close(c->warm_sock);
+  c->warm_pid = 0;
+  return true;
+}
+
 /* Starts an exec in a child of ours: its pid, or -1 with errno.
  *
  * A container's exec shares our memory until it runs its command
@@ -954,9 +1042,11 @@ static pid_t init_spawn(struct init_ctx *c, json_t *req, int *fds)
   struct exec_run r;
   struct dsec_guest_exec x;
   char *stack = spawn_stack(c);
-  pid_t pid;
+  pid_t pid = 0;
   int e;
 
+  if (c->fncall && warm_hand(c, req, fds, &pid))
+    return pid;
   exec_prepare(c, req, fds, &r, &x);
   if (c->fncall && !stack) {
     errno = ENOMEM;
@@ -1010,6 +1100,7 @@ _Noreturn static void init_loop(struct init_ctx *c)
     }
     if (pf[1].revents) {
       struct signalfd_siginfo si;
+      bool ended = false;
       while (read(sfd, &si, sizeof si) > 0)
         ;
       for (;;) {
@@ -1017,6 +1108,15 @@ _Noreturn static void init_loop(struct init_ctx *c)
         pid_t pid = waitpid(-1, &status, WNOHANG);
         if (pid <= 0)
           break;
+        if (pid == c->warm_pid) {
+          /* the call made ahead is gone before its request: killed
+           * (kill ID), or it could not make its mounts; then every call
+           * starts as it comes, and tells why */
+          close(c->warm_sock);
+          c->warm_pid = 0;
+          c->warm_off = !WIFSIGNALED(status);
+          continue;
+        }
         for (size_t i = 0; i < njobs; i++)
           if (jobs[i].pid == pid) {
             json_t *m = json_pack("{s:s, s:I, s:i}", "op", "exited", "xid",
@@ -1024,10 +1124,15 @@ _Noreturn static void init_loop(struct init_ctx *c)
             msg_send(c->sock, m, NULL, 0);
             json_decref(m);
             jobs[i] = jobs[--njobs];
+            ended = true;
             break;
           }
         /* anything else is an orphan reparented to us: reaped */
       }
+      /* the next call is made when one has ended: not while one runs,
+       * which it would slow down */
+      if (ended && c->fncall)
+        warm_spawn(c, buf);
     }
     if (pf[0].revents) {
       int fds[3], nfds;
@@ -1090,8 +1195,13 @@ _Noreturn static void init_loop(struct init_ctx *c)
           for (size_t i = 0; i < njobs; i++)
             if (jobs[i].xid == xid)
               kill(-jobs[i].pid, sig);
-        } else
-          kill(-1, sig); /* every process of the sandbox but init */
+        } else {
+          /* every process of the sandbox but init; the call made ahead
+           * too, whatever the signal (a stopped one would hold up the
+           * next call) */
+          warm_drop(c);
+          kill(-1, sig);
+        }
       }
       for (int i = 0; i < nfds; i++)
         close(fds[i]);

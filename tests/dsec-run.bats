@@ -694,6 +694,70 @@ EOF
   out_jq '.backend == "fncall" and .spec.backend == "fncall"'
 }
 
+# warm_calls ID: the pids of the fncall sandbox ID's processes called
+# dsec-call (seen from the host, through its cgroup)
+warm_calls() {
+  local p
+  for p in $(cat "$(cg_file "$1" pids cgroup.procs)"); do
+    [ "$(cat "/proc/$p/comm" 2>/dev/null)" = dsec-call ] && echo "$p"
+  done
+  return 0
+}
+
+# wait_warm ID: polls (5 s) until ID has exactly one call made ahead; its pid
+wait_warm() {
+  local i w
+  for ((i = 0; i < 50; i++)); do
+    w=$(warm_calls "$1")
+    [ "$(grep -c . <<<"$w")" -eq 1 ] && { echo "$w"; return 0; }
+    sleep 0.1
+  done
+  echo "no single call made ahead in $1: ${w:-none}" >&2
+  return 1
+}
+
+@test "fncall: the next call's process is made ahead when a call ends, serves one call; a kill or a request too big for it is survived" {
+  local id w1 w2 w3 big
+  id=$(sb_create --backend fncall --workdir /work)
+  # none before the first call
+  [ -z "$(warm_calls "$id")" ]
+  run -0 --separate-stderr dsec-run exec "$id" -- sh -c 'echo x >/tmp/a; echo y >a; echo $$'
+  out_jq '.stdout == "2\n"'
+  w1=$(wait_warm "$id")
+  # it serves the next call: a fresh /tmp and working directory, PID 1 the
+  # reaper, and it is gone after
+  run -0 --separate-stderr dsec-run exec "$id" -- sh -c 'ls -A /tmp; ls -A; pwd; echo $$; cat /proc/1/comm'
+  out_jq '.stdout == "/work\n2\ndsec-call\n"'
+  w2=$(wait_warm "$id")
+  [ "$w2" != "$w1" ]
+  [ ! -e "/proc/$w1" ] || [ "$(cat "/proc/$w1/comm" 2>/dev/null)" != dsec-call ]
+  # a request bigger than its socket takes (wmem_default, 208 KiB unless
+  # tuned) starts as calls did before it, and the one made ahead stays for
+  # the next
+  big=$(head -c 100000 /dev/zero | tr '\0' a)
+  run -0 --separate-stderr dsec-run exec "$id" -- sh -c 'echo ${#1} ${#2} ${#3}' _ "$big" "$big" "$big"
+  out_jq '.stdout == "100000 100000 100000\n"'
+  if [ "$(cat /proc/sys/net/core/wmem_default)" -lt 300000 ]; then
+    [ "$(wait_warm "$id")" = "$w2" ]
+  else
+    w2=$(wait_warm "$id")
+  fi
+  # kill ID ends it with everything else; the next call starts as it
+  # comes, and makes another
+  run -0 --separate-stderr dsec-run kill "$id"
+  for _ in $(seq 50); do [ -z "$(warm_calls "$id")" ] && break; sleep 0.1; done
+  [ -z "$(warm_calls "$id")" ]
+  run -0 --separate-stderr dsec-run exec "$id" -- cat /proc/1/comm
+  out_jq '.stdout == "dsec-call\n"'
+  w3=$(wait_warm "$id")
+  [ "$w3" != "$w2" ]
+  # whatever the signal: a stopped one would hold up the next call
+  run -0 --separate-stderr dsec-run kill "$id" STOP
+  run -0 --separate-stderr timeout 20 dsec-run exec "$id" -- echo ok
+  out_jq '.stdout == "ok\n"'
+  [ "$(wait_warm "$id")" != "$w3" ]
+}
+
 @test "fncall: a call's status and signal are its command's; what it left is gone when it is answered" {
   local id
   id=$(sb_create --backend fncall --user 1000:1000)
