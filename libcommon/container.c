@@ -204,6 +204,7 @@ struct init_ctx {
   /* fncall: the next call's process, made ahead (warm_spawn) */
   pid_t warm_pid;  /* 0: none */
   int warm_sock;   /* where its request goes */
+  bool warm_ready; /* it has made its mounts */
   bool warm_off;   /* one failed to prepare: calls start as they come */
   bool premounted; /* (in that process) its base mounts are made */
 };
@@ -946,14 +947,17 @@ static int spawn_child(void *x)
 /* fncall: the next call, made ahead.  A call's process is PID 1 of its
  * own pid, mount and IPC namespaces, with its own /proc, /dev/shm and
  * /tmp (call_base_mounts): none of that depends on the request, and
- * making it (a copy of init, of the sandbox's mount table and a new IPC
- * namespace, three mounts) was half of what a call cost.  So after each
- * call init makes the next one's process, which waits for its request on
- * a socket of its own; the call that comes is handed to it (warm_hand),
- * and makes the next.  Each such process serves one call and is never
- * reused: calls still share nothing.  It is made after the call's pipes
- * are closed (it must not hold them), and holds nothing but init's
- * socket (3) and its own. */
+ * making it (a copy of init, of the sandbox's mount table, a new IPC
+ * namespace, three mounts) is most of what an fncall call costs more
+ * than a container's exec.  So when the last running call has ended,
+ * init makes the next one's process, which tells it is ready once its
+ * mounts are made and then waits for its request on a socket of its
+ * own; the next call is handed to it (warm_hand).  Each such process
+ * serves one call and is never reused: calls still share nothing.  It
+ * is made when init holds no call's pipes or terminal (they are closed
+ * as soon as a request is handled); besides its socket it has init's
+ * (3), which every call has, its signalfd (which reads only its own
+ * signals) and /dev/null, all closed before the command runs. */
 static void warm_spawn(struct init_ctx *c, char *buf)
 {
   int sp[2], fds[3], nfds;
@@ -976,15 +980,21 @@ static void warm_spawn(struct init_ctx *c, char *buf)
     close(sp[1]);
     c->warm_pid = pid;
     c->warm_sock = sp[0];
+    c->warm_ready = false;
     return;
   }
   prctl(PR_SET_NAME, "dsec-call", 0, 0, 0);
   close(sp[0]);
+  /* a failure here exits 125 before we are ready: init then starts
+   * every call as it comes, and the call tells the failure */
   call_base_mounts(c);
   c->premounted = true;
+  if (write(sp[1], "r", 1) != 1)
+    _exit(DSEC_EXIT_INTERNAL);
   req = msg_recv(sp[1], buf, MSG_MAX, fds, &nfds);
+  /* no request: init dropped us; a bad one: the call failed */
   if (!req || nfds != 3)
-    _exit(0); /* init is done with us */
+    _exit(DSEC_EXIT_INTERNAL);
   close(sp[1]);
   init_exec_child(c, req, fds);
 }
@@ -999,14 +1009,27 @@ static void warm_drop(struct init_ctx *c)
   c->warm_pid = 0;
 }
 
-/* Hands the call req (with its pipes, fds) to the call made ahead: true
- * when it has it (it is then the job's process, *pid).  A process that
- * cannot take it is dropped; the call then starts as it comes. */
+/* Hands the call req (with its pipes, fds) to the call made ahead, once
+ * it is ready: true when it has it (it is then the job's process, *pid).
+ * One that is not ready yet stays for a later call; one that cannot take
+ * the request is dropped; the call then starts as it comes. */
 static bool warm_hand(struct init_ctx *c, json_t *req, const int *fds,
                       pid_t *pid)
 {
+  char b;
+
   if (c->warm_pid <= 0)
     return false;
+  if (!c->warm_ready) {
+    ssize_t n = recv(c->warm_sock, &b, 1, MSG_DONTWAIT);
+    if (n < 0 && (errno == EAGAIN || errno == EINTR))
+      return false;
+    if (n != 1) {
+      warm_drop(c);
+      return false;
+    }
+    c->warm_ready = true;
+  }
   if (msg_send(c->warm_sock, req, fds, 3) < 0) {
     if (errno != EMSGSIZE) /* else it may take a smaller one */
       warm_drop(c);
@@ -1129,9 +1152,10 @@ _Noreturn static void init_loop(struct init_ctx *c)
           }
         /* anything else is an orphan reparented to us: reaped */
       }
-      /* the next call is made when one has ended: not while one runs,
-       * which it would slow down */
-      if (ended && c->fncall)
+      /* the next call is made when the last running one has ended: not
+       * while one runs, which it would slow down (and whose forks would
+       * compete with it for the pids limit) */
+      if (ended && njobs == 0 && c->fncall)
         warm_spawn(c, buf);
     }
     if (pf[0].revents) {

@@ -704,15 +704,24 @@ warm_calls() {
   return 0
 }
 
-# wait_warm ID: polls (5 s) until ID has exactly one call made ahead; its pid
+# wait_warm ID [OLD]...: polls (10 s) until ID has exactly one process
+# called dsec-call but the OLD ones (a call's reaper is one until it has
+# exited, after its call was answered), the same in two polls 0.2 s
+# apart: the call made ahead; its pid
 wait_warm() {
-  local i w
+  local id=$1 i w last=
+  shift
   for ((i = 0; i < 50; i++)); do
-    w=$(warm_calls "$1")
-    [ "$(grep -c . <<<"$w")" -eq 1 ] && { echo "$w"; return 0; }
-    sleep 0.1
+    w=$(warm_calls "$id" | grep -vxF -f <(printf '%s\n' "$@" 0))
+    if [ "$(grep -c . <<<"$w")" -eq 1 ]; then
+      [ "$w" = "$last" ] && { echo "$w"; return 0; }
+      last=$w
+    else
+      last=
+    fi
+    sleep 0.2
   done
-  echo "no single call made ahead in $1: ${w:-none}" >&2
+  echo "no single call made ahead in $id: ${w:-none}" >&2
   return 1
 }
 
@@ -728,9 +737,13 @@ wait_warm() {
   # reaper, and it is gone after
   run -0 --separate-stderr dsec-run exec "$id" -- sh -c 'ls -A /tmp; ls -A; pwd; echo $$; cat /proc/1/comm'
   out_jq '.stdout == "/work\n2\ndsec-call\n"'
-  w2=$(wait_warm "$id")
-  [ "$w2" != "$w1" ]
-  [ ! -e "/proc/$w1" ] || [ "$(cat "/proc/$w1/comm" 2>/dev/null)" != dsec-call ]
+  w2=$(wait_warm "$id" "$w1")
+  # it served that call: gone (or its pid taken by another process)
+  for _ in $(seq 50); do
+    [ "$(cat "/proc/$w1/comm" 2>/dev/null)" = dsec-call ] || break
+    sleep 0.1
+  done
+  [ "$(cat "/proc/$w1/comm" 2>/dev/null)" != dsec-call ]
   # a request bigger than its socket takes (wmem_default, 208 KiB unless
   # tuned) starts as calls did before it, and the one made ahead stays for
   # the next
@@ -740,7 +753,7 @@ wait_warm() {
   if [ "$(cat /proc/sys/net/core/wmem_default)" -lt 300000 ]; then
     [ "$(wait_warm "$id")" = "$w2" ]
   else
-    w2=$(wait_warm "$id")
+    w2=$(wait_warm "$id" "$w2")
   fi
   # kill ID ends it with everything else; the next call starts as it
   # comes, and makes another
@@ -749,13 +762,12 @@ wait_warm() {
   [ -z "$(warm_calls "$id")" ]
   run -0 --separate-stderr dsec-run exec "$id" -- cat /proc/1/comm
   out_jq '.stdout == "dsec-call\n"'
-  w3=$(wait_warm "$id")
-  [ "$w3" != "$w2" ]
+  w3=$(wait_warm "$id" "$w2")
   # whatever the signal: a stopped one would hold up the next call
   run -0 --separate-stderr dsec-run kill "$id" STOP
   run -0 --separate-stderr timeout 20 dsec-run exec "$id" -- echo ok
   out_jq '.stdout == "ok\n"'
-  [ "$(wait_warm "$id")" != "$w3" ]
+  wait_warm "$id" "$w3" >/dev/null
 }
 
 @test "fncall: a call's status and signal are its command's; what it left is gone when it is answered" {
