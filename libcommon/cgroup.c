@@ -239,20 +239,27 @@ fail:
   return -1;
 }
 
+/* Whether controller c has a cgroup of its own: a path no controller
+ * before it has (v2 controllers share one, co-mounted v1 ones too). */
+static bool first_of_path(const struct dsec_cgroup *cg, int c)
+{
+  if (!cg->path[c])
+    return false;
+  for (int k = 0; k < c; k++)
+    if (cg->path[k] && strcmp(cg->path[k], cg->path[c]) == 0)
+      return false;
+  return true;
+}
+
 int dsec_cgroup_attach(struct dsec_cgroup *cg, pid_t pid,
                        struct dsec_error **err)
 {
   char buf[32];
   snprintf(buf, sizeof buf, "%d", (int) pid);
-  for (int c = 0; c < DSEC_CG_N; c++) {
-    bool dup = false;
-    if (!cg->path[c])
-      continue;
-    for (int k = 0; k < c; k++)
-      dup |= cg->path[k] && strcmp(cg->path[k], cg->path[c]) == 0;
-    if (!dup && write_str(cg->path[c], "cgroup.procs", buf, err) < 0)
+  for (int c = 0; c < DSEC_CG_N; c++)
+    if (first_of_path(cg, c) &&
+        write_str(cg->path[c], "cgroup.procs", buf, err) < 0)
       return -1;
-  }
   return 0;
 }
 
@@ -262,13 +269,8 @@ int dsec_cgroup_join_open(struct dsec_cgroup *cg, int fds[DSEC_CG_N],
   for (int c = 0; c < DSEC_CG_N; c++)
     fds[c] = -1;
   for (int c = 0; c < DSEC_CG_N; c++) {
-    bool dup = false;
     _cleanup_free_ char *path = NULL;
-    if (!cg->path[c])
-      continue;
-    for (int k = 0; k < c; k++)
-      dup |= cg->path[k] && strcmp(cg->path[k], cg->path[c]) == 0;
-    if (dup)
+    if (!first_of_path(cg, c))
       continue;
     path = xasprintf("%s/%s", cg->path[c], cg->v2[c] ? "cgroup.procs" : "tasks");
     fds[c] = open(path, O_WRONLY | O_CLOEXEC);
