@@ -949,10 +949,10 @@ static int spawn_child(void *x)
  * /tmp (call_base_mounts): none of that depends on the request, and
  * making it (a copy of init, of the sandbox's mount table, a new IPC
  * namespace, three mounts) is most of what an fncall call costs more
- * than a container's exec.  So when the last running call has ended,
- * init makes the next one's process, which tells it is ready once its
- * mounts are made and then waits for its request on a socket of its
- * own; the next call is handed to it (warm_hand).  Each such process
+ * than a container's exec.  So while a call runs, init makes the next
+ * one's process, which tells it is ready once its mounts are made and
+ * then waits for its request on a socket of its own; the next call is
+ * handed to it (warm_hand).  Each such process
  * serves one call and is never reused: calls still share nothing.  It
  * is made when init holds no call's pipes or terminal (they are closed
  * as soon as a request is handled); besides its socket it has init's
@@ -1123,7 +1123,6 @@ _Noreturn static void init_loop(struct init_ctx *c)
     }
     if (pf[1].revents) {
       struct signalfd_siginfo si;
-      bool ended = false;
       while (read(sfd, &si, sizeof si) > 0)
         ;
       for (;;) {
@@ -1147,25 +1146,21 @@ _Noreturn static void init_loop(struct init_ctx *c)
             msg_send(c->sock, m, NULL, 0);
             json_decref(m);
             jobs[i] = jobs[--njobs];
-            ended = true;
             break;
           }
         /* anything else is an orphan reparented to us: reaped */
       }
-      /* the next call is made when the last running one has ended: not
-       * while one runs, which it would slow down (and whose forks would
-       * compete with it for the pids limit) */
-      if (ended && njobs == 0 && c->fncall)
-        warm_spawn(c, buf);
     }
     if (pf[0].revents) {
       int fds[3], nfds;
       json_t *req = msg_recv(c->sock, buf, MSG_MAX, fds, &nfds);
+      bool is_exec;
       const char *op;
       if (!req)
         _exit(0); /* the supervisor is gone: so are we, and the sandbox */
       op = json_string_value(json_object_get(req, "op"));
-      if (op && strcmp(op, "exec") == 0 && nfds == 3) {
+      is_exec = op && strcmp(op, "exec") == 0 && nfds == 3;
+      if (is_exec) {
         uint64_t xid = (uint64_t) json_integer_value(json_object_get(req, "xid"));
         pid_t pid;
         if (json_is_true(json_object_get(req, "tty"))) {
@@ -1230,6 +1225,11 @@ _Noreturn static void init_loop(struct init_ctx *c)
       for (int i = 0; i < nfds; i++)
         close(fds[i]);
       json_decref(req);
+      /* the next call is made while this one runs (the request's pipes
+       * are closed: it must not hold them), so that it is ready when the
+       * next request comes */
+      if (c->fncall && is_exec)
+        warm_spawn(c, buf);
     }
   }
 }

@@ -725,7 +725,7 @@ wait_warm() {
   return 1
 }
 
-@test "fncall: the next call's process is made ahead when a call ends, serves one call; a kill or a request too big for it is survived" {
+@test "fncall: the next call's process is made ahead while a call runs, serves one call; a kill or a request too big for it is survived" {
   local id w1 w2 w3 big
   id=$(sb_create --backend fncall --workdir /work)
   # none before the first call
