@@ -944,6 +944,15 @@ static int spawn_child(void *x)
   dsec_guest_exec(x);
 }
 
+/* A child of ours (forked, as fork returns) that is PID 1 of a call's
+ * own mount, pid and IPC namespaces. */
+static pid_t call_clone(void)
+{
+  return (pid_t) syscall(SYS_clone, CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWIPC |
+                                      SIGCHLD,
+                         NULL, NULL, NULL, 0);
+}
+
 /* fncall: the next call, made ahead.  A call's process is PID 1 of its
  * own pid, mount and IPC namespaces, with its own /proc, /dev/shm and
  * /tmp (call_base_mounts): none of that depends on the request, and
@@ -968,9 +977,7 @@ static void warm_spawn(struct init_ctx *c, char *buf)
     return;
   if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sp) < 0)
     return;
-  pid = (pid_t) syscall(SYS_clone, CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWIPC |
-                                     SIGCHLD,
-                        NULL, NULL, NULL, 0);
+  pid = call_clone();
   if (pid < 0) {
     close(sp[0]);
     close(sp[1]);
@@ -1075,9 +1082,7 @@ static pid_t init_spawn(struct init_ctx *c, json_t *req, int *fds)
     errno = ENOMEM;
     pid = -1;
   } else if (c->fncall) {
-    pid = (pid_t) syscall(SYS_clone, CLONE_NEWNS | CLONE_NEWPID |
-                                       CLONE_NEWIPC | SIGCHLD,
-                          NULL, NULL, NULL, 0);
+    pid = call_clone();
     if (pid == 0)
       dsec_guest_exec(&x);
   } else if (stack && c->vfork_ok && !x.builtin)
