@@ -88,6 +88,7 @@ CRUN_ROOT=$BENCH_DIR/crun
 CPFX=dsecbench-$$-
 BH=$WORK/bh
 HELPER_PID=
+POOL_PID=
 
 dsec_ids() {
   # every sandbox of our private root, whatever state it is in
@@ -105,6 +106,11 @@ cleanup() {
   if [[ -n $HELPER_PID ]] && kill -0 "$HELPER_PID" 2>/dev/null; then
     kill "$HELPER_PID" 2>/dev/null
     wait "$HELPER_PID" 2>/dev/null
+  fi
+  # the pool removes what it keeps when it stops
+  if [[ -n $POOL_PID ]] && kill -0 "$POOL_PID" 2>/dev/null; then
+    kill -TERM "$POOL_PID" 2>/dev/null
+    wait "$POOL_PID" 2>/dev/null
   fi
   # dsec sandboxes: rm --force kills the supervisor, removes cgroups+files
   mapfile -t ids < <(dsec_ids)
@@ -456,9 +462,29 @@ if want 1; then
 log "1. create+exec+destroy of true, $N_CYCLE cycles each"
 helper run "$N_WARM" "$DSEC" run --rm --image "$IMAGE" -- true >/dev/null
 # with BENCH_BASE, the base build's cycles in blocks alternating with
-# this build's (as case 2's)
+# this build's (as case 2's).  The pooled cycles claim from a
+# `dsec-run pool` of a spec of their own (one more env variable, so the
+# others never claim from it); each starts when the pool is full again,
+# so a claim never meets the pool's own creates.
 : >"$RES/c1_dsec"
 : >"$RES/c1_base"
+: >"$RES/c1_pool"
+: >"$RES/c1_pool_base"
+POOLED=(run --rm --image "$IMAGE" --env DSEC_BENCH=pool -- true)
+"$DSEC" pool --image "$IMAGE" --env DSEC_BENCH=pool --size 2 >"$WORK/pool.out" 2>&1 &
+POOL_PID=$!
+pool_full() {
+  local i n
+  for ((i = 0; i < 300; i++)); do
+    n=$(find "$DSEC_ROOT/pools" -path '*/ready/sb-*' 2>/dev/null | wc -l) || n=0
+    ((n >= 2)) && return 0
+    kill -0 "$POOL_PID" 2>/dev/null || die "dsec-run pool ended: $(cat "$WORK/pool.out")"
+    sleep 0.05
+  done
+  die "the pool was not refilled in 15 s"
+}
+pool_full
+helper run "$N_WARM" "$DSEC" "${POOLED[@]}" >/dev/null
 [[ -n $BASE ]] && helper run "$N_WARM" "$BASE/dsec-run" run --rm --image "$IMAGE" -- true >/dev/null
 for ((k = 0; k < 10; k++)); do
   nb=$(block "$k" "$N_CYCLE")
@@ -466,7 +492,17 @@ for ((k = 0; k < 10; k++)); do
   helper run "$nb" "$DSEC" run --rm --image "$IMAGE" -- true >>"$RES/c1_dsec"
   [[ -z $BASE ]] ||
     helper run "$nb" "$BASE/dsec-run" run --rm --image "$IMAGE" -- true >>"$RES/c1_base"
+  for ((j = 0; j < nb; j++)); do
+    pool_full
+    helper run 1 "$DSEC" "${POOLED[@]}" >>"$RES/c1_pool"
+    [[ -z $BASE ]] && continue
+    pool_full
+    helper run 1 "$BASE/dsec-run" "${POOLED[@]}" >>"$RES/c1_pool_base"
+  done
 done
+kill -TERM "$POOL_PID"
+wait "$POOL_PID" || die "dsec-run pool failed: $(cat "$WORK/pool.out")"
+POOL_PID=
 helper run "$N_WARM" "$BH" nswrap crun --root "$CRUN_ROOT" run -b "$WORK/bundle" "${CPFX}w{}" >/dev/null
 helper run "$N_CYCLE" "$BH" nswrap crun --root "$CRUN_ROOT" run -b "$WORK/bundle" "${CPFX}c{}" >"$RES/c1_crun_raw"
 net "$RES/c1_crun_raw" "$RES/c1_crun" "$WRAP"
@@ -663,7 +699,10 @@ want 3 && FE_RATE=$(awk -v m="$(mean "$RES/c3_forkexec")" 'BEGIN { printf("%.0f"
     row "1 cycle x$N_CYCLE" "dsec-run run --rm -- true" c1_dsec
     row "1 cycle" "bwrap --unshare-all true" c1_bwrap c1_dsec 1.0
     row "1 cycle" "crun run (net of wrapper)" c1_crun c1_dsec
+    row "1 cycle" "dsec-run run --rm claiming from a pool" c1_pool
+    row "1 cycle" "bwrap (vs a claim from a pool)" c1_bwrap c1_pool 1.0
     [[ -n $BASE ]] && row "1 cycle" "dsec-run run --rm, BENCH_BASE build ($BASE_BUILD)" c1_base c1_dsec
+    [[ -n $BASE ]] && row "1 cycle" "claiming from a pool, BENCH_BASE build ($BASE_BUILD)" c1_pool_base c1_pool
   fi
   if want 2; then
     row "2 exec x$N_EXEC" "one --requests stream: exec ID true" c2s_dsec

@@ -114,6 +114,34 @@ start_pool() {
   [ -z "$(ls -A "$DSEC_ROOT/pools")" ]
 }
 
+@test "pool: a create finds the pool by the spec text its key is the sha256 of; run --rm claims too" {
+  start_pool --image busybox:1 --memory 64 --label team=a --size 2
+  pool_ready 2
+  local dir key
+  dir=$(echo "$DSEC_ROOT"/pools/*)
+  key=$(basename "$dir")
+  # KEY/key.json is what the key hashes: the spec without name and labels,
+  # compact, keys sorted
+  [ "$(sha256sum <"$dir/key.json" | cut -d' ' -f1)" = "$key" ]
+  jq -e 'has("labels") or has("name") | not' "$dir/key.json"
+  [ "$(jq -cS . "$dir/key.json")" = "$(cat "$dir/key.json")" ]
+  # a pool directory that is not a key, or whose key.json differs, is
+  # passed over
+  mkdir -p "$DSEC_ROOT/pools/not-a-key/ready" "$DSEC_ROOT/pools/${key//?/0}/ready"
+  cp "$dir/key.json" "$DSEC_ROOT/pools/not-a-key/"
+  jq -c '.resources.memory_mb = 65' "$dir/key.json" >"$DSEC_ROOT/pools/${key//?/0}/key.json"
+  local pooled
+  pooled=$(ls "$dir/ready")
+  run -0 --separate-stderr dsec-run run --rm --image busybox:1 --memory 64 -- echo pooled
+  jq -e '.stdout == "pooled\n"' <<<"$output"
+  grep -qx "$(jq -r .id <<<"$output")" <<<"$pooled"
+  local id
+  id=$(jq -r .id <<<"$output")
+  run -0 --separate-stderr dsec-run ps --all
+  ! grep -q "$id" <<<"$output" # removed
+  rm -rf "$DSEC_ROOT/pools/not-a-key" "$DSEC_ROOT/pools/${key//?/0}"
+}
+
 @test "pool: usage errors" {
   run -2 --separate-stderr dsec-run pool --image busybox:1 --size 0
   run -2 --separate-stderr dsec-run pool --image busybox:1 extra-argument

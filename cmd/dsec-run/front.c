@@ -842,19 +842,57 @@ static char *pools_dir(void)
   return xasprintf("%s/pools", root);
 }
 
-/* The pool key of a validated spec (new string, 64 hex digits). */
-static char *pool_key(json_t *spec)
+/* The text a pool's key is the sha256 of: the validated spec without name
+ * and labels, compact, keys sorted (new string). */
+static char *pool_text(json_t *spec)
 {
   json_t *k = json_deep_copy(spec);
-  char d[DSEC_DIGEST_LEN + 1];
   char *text;
   json_object_del(k, "name");
   json_object_del(k, "labels");
   text = json_dumps(k, JSON_COMPACT | JSON_SORT_KEYS | JSON_REAL_PRECISION(10));
-  dsec_sha256_buf(text, strlen(text), d);
-  free(text);
   json_decref(k);
+  return text;
+}
+
+/* The pool key of a validated spec (new string, 64 hex digits). */
+static char *pool_key(json_t *spec)
+{
+  _cleanup_free_ char *text = pool_text(spec);
+  char d[DSEC_DIGEST_LEN + 1];
+  dsec_sha256_buf(text, strlen(text), d);
   return xstrdup(dsec_digest_hex(d));
+}
+
+/* The key of the pool kept for spec, or NULL.  A pool writes its
+ * pool_text to KEY/key.json, and a create compares its own with each
+ * pool's rather than hashing it: the hash would load libcrypto (and read
+ * openssl.cnf) in every create, a few ms of a claim's 1-2. */
+static char *pool_find(const char *pools, json_t *spec)
+{
+  _cleanup_closedir_ DIR *d = opendir(pools);
+  _cleanup_free_ char *text = NULL;
+  struct dirent *de;
+  size_t len;
+
+  if (!d)
+    return NULL;
+  text = pool_text(spec);
+  len = strlen(text);
+  while ((de = readdir(d))) {
+    _cleanup_free_ char *path = NULL;
+    _cleanup_free_ char *kept = NULL;
+    _cleanup_error_ struct dsec_error *e = NULL;
+    size_t n = 0;
+    if (strlen(de->d_name) != DSEC_SHA256_HEX_LEN ||
+        strspn(de->d_name, "0123456789abcdef") != strlen(de->d_name))
+      continue;
+    path = xasprintf("%s/key.json", de->d_name);
+    kept = dsec_read_file_at(dirfd(d), path, len + 1, &n, &e);
+    if (kept && n == len && memcmp(kept, text, len) == 0)
+      return xstrdup(de->d_name);
+  }
+  return NULL;
 }
 
 static json_t *read_json_in(const char *id, const char *file);
@@ -883,11 +921,8 @@ static int pool_claim(json_t *spec, char **id_out, json_t **record,
   _cleanup_closedir_ DIR *d = NULL;
   struct dirent *de;
 
-  /* no pool at all: no key to hash (hashing loads libcrypto, which the
-   * supervisor this create forks would then carry: digest.c) */
-  if (access(pools, F_OK) < 0)
+  if (!(key = pool_find(pools, spec)))
     return 0;
-  key = pool_key(spec);
   ready = xasprintf("%s/%s/ready", pools, key);
   claimed = xasprintf("%s/%s/claimed", pools, key);
   if (!(d = opendir(ready)))
@@ -3857,6 +3892,13 @@ static int do_pool(struct opts *o, struct dsec_error **err)
       return dsec_error_wrap(err, "a pool of this spec is already kept");
     }
     ret = dsec_write_file_replace(dfd, "spec.json", text, strlen(text), 0644,
+                                  err);
+    free(text);
+    if (ret < 0)
+      return -1;
+    /* what a create compares its spec with (pool_find) */
+    text = pool_text(spec);
+    ret = dsec_write_file_replace(dfd, "key.json", text, strlen(text), 0644,
                                   err);
     free(text);
     if (ret < 0)
