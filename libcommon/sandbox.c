@@ -11,9 +11,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
+#include <sys/prctl.h>
 #include <sys/random.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "audit.h"
@@ -411,24 +414,124 @@ int dsec_event_append(int fd, const char *id, json_t *event,
 
 /* Stopping and removal, shared by dsec-run rm and dsec-reap. */
 
+static bool remove_in_background;
+
+void dsec_sandbox_remove_background(bool on)
+{
+  remove_in_background = on;
+}
+
+/* Moves path (a sandbox's directory or run directory) into
+ * <top>/removing/ as <id>.tmp-<random>, locked (flock) by the fd
+ * returned: out of every listing at once.  -1 when it cannot be moved. */
+static int move_aside(const char *top, const char *path, const char *id,
+                      char **moved)
+{
+  _cleanup_free_ char *dir = xasprintf("%s/" DSEC_REMOVING_DIR, top);
+  _cleanup_free_ char *to = NULL;
+  uint64_t r;
+  int fd;
+
+  if (getrandom(&r, sizeof r, 0) != sizeof r)
+    r = (uint64_t) getpid() ^ (uint64_t) dsec_now_ms();
+  to = xasprintf("%s/%s.tmp-%016llx", dir, id, (unsigned long long) r);
+  if (mkdir(dir, 0700) < 0 && errno != EEXIST)
+    return -1;
+  if (rename(path, to) < 0)
+    return -1;
+  fd = open(to, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+  if (fd >= 0 && flock(fd, LOCK_EX | LOCK_NB) < 0) {
+    close(fd); /* a reaper took it first: it removes it */
+    fd = -1;
+  }
+  if (fd >= 0)
+    *moved = steal_pointer(&to);
+  return fd;
+}
+
+/* Removes the n paths (each locked by its fd in fds) in a process of its
+ * own that nobody waits for, holding the locks until they are gone (a
+ * reaper leaves locked ones alone, removes those a killed remover
+ * left).  It keeps none of the caller's descriptors but the locks: a
+ * caller whose output is read to its end must not be held up. */
+static void remove_detached(char **paths, const int *fds, int n)
+{
+  pid_t pid = fork();
+  if (pid == 0) {
+    int null;
+    if (fork() != 0)
+      _exit(0);
+    setsid();
+    prctl(PR_SET_NAME, "dsec-rm");
+    null = open("/dev/null", O_RDWR | O_CLOEXEC);
+    for (int i = 0; i < 3; i++)
+      dup2(null, i);
+    {
+      /* all but the locks (n is at most 2: sorted by hand) */
+      int lo = 3, a = fds[0], b = n > 1 ? fds[1] : -1;
+      if (b >= 0 && b < a) {
+        a = fds[1];
+        b = fds[0];
+      }
+      if (a > lo)
+        close_range((unsigned) lo, (unsigned) a - 1, 0);
+      lo = a + 1;
+      if (b >= 0) {
+        if (b > lo)
+          close_range((unsigned) lo, (unsigned) b - 1, 0);
+        lo = b + 1;
+      }
+      close_range((unsigned) lo, ~0U, 0);
+    }
+    for (int i = 0; i < n; i++)
+      dsec_rm_rf_at(AT_FDCWD, paths[i], NULL);
+    _exit(0);
+  }
+  if (pid > 0)
+    while (waitpid(pid, NULL, 0) < 0 && errno == EINTR)
+      ;
+  else
+    for (int i = 0; i < n; i++)
+      dsec_rm_rf_at(AT_FDCWD, paths[i], NULL);
+}
+
 void dsec_sandbox_remove_files(const char *id, json_t *spec)
 {
   _cleanup_free_ char *dir = dsec_sandbox_dir(id);
   _cleanup_free_ char *run = dsec_sandbox_run_dir(id);
+  _cleanup_free_ char *root_top = dsec_root_dir();
+  _cleanup_free_ char *run_top = dsec_run_dir();
   _cleanup_error_ struct dsec_error *e = NULL;
   const char *name = json_string_value(json_object_get(spec, "name"));
+  char *moved[2] = { NULL, NULL };
+  int fds[2] = { -1, -1 }, n = 0;
 
   /* the host id range first: it is found through the directory */
   dsec_crash_point("removing");
   dsec_idrange_release(id);
   dsec_crash_point("ids released");
-  if (dsec_rm_rf_at(AT_FDCWD, dir, &e) < 0)
+  if (remove_in_background &&
+      (fds[n] = move_aside(root_top, dir, id, &moved[n])) >= 0)
+    n++;
+  else if (dsec_rm_rf_at(AT_FDCWD, dir, &e) < 0)
     dsec_warn("%s", e->msg);
   dsec_error_free(steal_pointer(&e));
   dsec_crash_point("directory removed");
-  dsec_rm_rf_at(AT_FDCWD, run, &e);
+  if (remove_in_background &&
+      (fds[n] = move_aside(run_top, run, id, &moved[n])) >= 0)
+    n++;
+  else
+    dsec_rm_rf_at(AT_FDCWD, run, NULL);
   if (name)
     dsec_sandbox_name_release(name, id);
+  if (n > 0) {
+    dsec_crash_point("moved aside");
+    remove_detached(moved, fds, n);
+  }
+  for (int i = 0; i < n; i++) {
+    close(fds[i]);
+    free(moved[i]);
+  }
 }
 
 /* A supervisor killed (rm --force) noted nothing of what its sandbox read

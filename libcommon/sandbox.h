@@ -69,8 +69,15 @@ uint64_t dsec_process_starttime(pid_t pid);
 bool dsec_process_alive(pid_t pid, uint64_t starttime);
 
 /* Removes the sandbox's directory, its run directory and its name (spec,
- * may be NULL, gives the name).  What cannot be removed is warned about. */
+ * may be NULL, gives the name).  What cannot be removed is warned about.
+ * After dsec_sandbox_remove_background(true), the two directories are
+ * moved into DSEC_REMOVING_DIR of $DSEC_ROOT and $DSEC_RUN (out of every
+ * listing at once) and removed by a detached process, which holds an
+ * flock on each until it is gone: a removal then costs two renames
+ * whatever the sandbox wrote.  dsec-reap removes unlocked ones. */
+#define DSEC_REMOVING_DIR "removing"
 void dsec_sandbox_remove_files(const char *id, json_t *spec);
+void dsec_sandbox_remove_background(bool on);
 /* Stops the sandbox and removes it: asks a running supervisor to shut
  * down (at once with force), SIGKILLs it after 5 s, removes the cgroups
  * and processes a dead one left, then the files. */

@@ -539,6 +539,29 @@ sb_exec_ok() {
   sb_exec_ok "$keep"
 }
 
+@test "a removed sandbox's directories a killed remover left in removing/ go; one being removed stays" {
+  local a b c
+  a=$DSEC_ROOT/removing/$(fake_id).tmp-00000000000000aa
+  b=$DSEC_RUN/removing/$(fake_id).tmp-00000000000000bb
+  c=$DSEC_ROOT/removing/$(fake_id).tmp-00000000000000cc
+  mkdir -p "$a/upper/w" "$b/rootfs" "$c/upper"
+  head -c 10000 /dev/urandom >"$a/upper/w/f"
+  # a remover at work holds the lock on its directory
+  exec 8<"$c"
+  flock -x 8
+  reap
+  exec 8<&-
+  has tmp "$a" stale removed
+  out_jq -s --arg i "$a" 'any(.[]; .id == $i and .freed_bytes >= 10000)'
+  has tmp "$b" stale removed
+  lacks tmp "$c"
+  [ ! -e "$a" ] && [ ! -e "$b" ] && [ -d "$c" ]
+  # its remover is gone now: the next run takes it
+  reap
+  has tmp "$c" stale removed
+  [ ! -e "$c" ]
+}
+
 # --- the store --------------------------------------------------------------
 
 @test "what dsec-layer verify would repair is in the plan (verify), and repaired; a sandbox's layer is kept" {

@@ -610,6 +610,36 @@ EOF
   [ -z "$(sb_pids)" ]
 }
 
+@test "rm: the directories are moved aside at once and removed after, by a process that holds none of rm's descriptors" {
+  local id i pid fd
+  id=$(sb_create)
+  run -0 --separate-stderr dsec-run exec "$id" -- \
+    sh -c 'mkdir /w && for i in $(seq 3000); do echo x >/w/$i; done'
+  # run waits for rm's output to end: a remover holding it would be waited for
+  run -0 --separate-stderr dsec-run rm "$id"
+  out_jq '.type == "removed"'
+  sb_gone "$id"
+  [ -d "$DSEC_ROOT/removing" ]
+  # caught while it removes (when it is that slow): /dev/null on 0-2, and
+  # nothing else but the directories it removes
+  for pid in $(grep -lx dsec-rm /proc/[0-9]*/comm 2>/dev/null | cut -d/ -f3); do
+    grep -qzx "DSEC_ROOT=$DSEC_ROOT" "/proc/$pid/environ" 2>/dev/null || continue
+    for fd in /proc/"$pid"/fd/*; do
+      case ${fd##*/} in
+        0 | 1 | 2) [ "$(readlink "$fd")" = /dev/null ] || [ ! -e "$fd" ] ;;
+        *) [[ $(readlink "$fd") == */removing/"$id".tmp-* ]] || [ ! -e "$fd" ] ;;
+      esac
+    done
+  done
+  # and it ends with nothing left (10 s at most)
+  for i in $(seq 100); do
+    [ -z "$(ls -A "$DSEC_ROOT/removing" "$DSEC_RUN/removing" 2>/dev/null)" ] && break
+    sleep 0.1
+  done
+  [ -z "$(ls -A "$DSEC_ROOT/removing")" ]
+  [ -z "$(ls -A "$DSEC_RUN/removing" 2>/dev/null)" ]
+}
+
 @test "run --attach prints the raw output and passes the status" {
   run -5 --separate-stderr dsec-run run --rm --attach --image busybox:1 -- \
     sh -c 'echo raw out; echo raw err >&2; exit 5'

@@ -849,6 +849,45 @@ static int reap_run_dirs(struct reap *r, struct dsec_error **err)
   return ret;
 }
 
+/* <top>/removing/: the directories of removed sandboxes that dsec-run rm
+ * moved aside for a detached process to remove (sandbox.h).  That
+ * process holds an flock on each until it is gone, so one that can be
+ * locked has no remover left. */
+static int reap_removing(struct reap *r, const char *top,
+                         struct dsec_error **err)
+{
+  _cleanup_free_ char *dir = xasprintf("%s/" DSEC_REMOVING_DIR, top);
+  _cleanup_closedir_ DIR *d = opendir(dir);
+  struct dirent *de;
+  int ret = 0;
+
+  if (!d)
+    return 0;
+  while ((de = readdir(d)) && ret == 0) {
+    _cleanup_free_ char *path = NULL;
+    _cleanup_close_ int fd = -1;
+    int64_t freed;
+    if (!is_tmp_name(de->d_name))
+      continue;
+    fd = openat(dirfd(d), de->d_name,
+                O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (fd < 0 || flock(fd, LOCK_EX | LOCK_NB) < 0)
+      continue; /* being removed */
+    path = xasprintf("%s/%s", dir, de->d_name);
+    freed = dsec_disk_usage_at(dirfd(d), de->d_name);
+    if (!r->o->dry_run) {
+      struct dsec_error *e = NULL;
+      if (dsec_rm_rf_at(dirfd(d), de->d_name, &e) < 0) {
+        ret = put_failed(r, "tmp", path, "stale", e, NULL, err);
+        continue;
+      }
+    }
+    ret = put(r, "tmp", path, "stale", act(r, "removed", "would remove"), freed,
+              NULL, err);
+  }
+  return ret;
+}
+
 /* Names whose sandbox is gone. */
 static int reap_names(struct reap *r, struct dsec_error **err)
 {
@@ -1744,6 +1783,10 @@ int dsec_reap(const struct dsec_reap_opts *o, dsec_reap_emit_fn emit,
     ret = reap_layer_mounts(&r, err);
   if (ret == 0)
     ret = reap_run_dirs(&r, err);
+  if (ret == 0)
+    ret = reap_removing(&r, r.root, err);
+  if (ret == 0)
+    ret = reap_removing(&r, r.run, err);
   if (ret == 0)
     ret = reap_cgroups(&r, err);
   if (ret == 0)

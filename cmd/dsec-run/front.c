@@ -4081,6 +4081,9 @@ int dsec_front_main(int argc, char **argv, const struct dsec_front *front)
 
   dsec_cli_init(argc, argv);
   signal(SIGPIPE, SIG_IGN);
+  /* rm answers once the sandbox is stopped and its directories moved
+   * aside; what it wrote is removed after (sandbox.h) */
+  dsec_sandbox_remove_background(true);
   status = parse(argc, argv, &o, &exit_now);
   if (status || exit_now)
     goto done;
