@@ -105,6 +105,22 @@ static const char *act(struct reap *r, const char *done, const char *would)
   return r->o->dry_run ? would : done;
 }
 
+/* Removes name in dirfd (not in a dry run) and reports it: what, id,
+ * reason, extra (stolen), and the bytes it held. */
+static int remove_put(struct reap *r, int dirfd, const char *name,
+                      const char *what, const char *id, const char *reason,
+                      json_t *extra, struct dsec_error **err)
+{
+  int64_t freed = dsec_disk_usage_at(dirfd, name);
+  if (!r->o->dry_run) {
+    struct dsec_error *e = NULL;
+    if (dsec_rm_rf_at(dirfd, name, &e) < 0)
+      return put_failed(r, what, id, reason, e, extra, err);
+  }
+  return put(r, what, id, reason, act(r, "removed", "would remove"), freed,
+             extra, err);
+}
+
 static bool exists_at(int dirfd, const char *path)
 {
   struct stat st;
@@ -829,22 +845,11 @@ static int reap_run_dirs(struct reap *r, struct dsec_error **err)
     return 0;
   while ((de = readdir(d)) && ret == 0) {
     _cleanup_free_ char *path = NULL;
-    int64_t freed;
     if (!dsec_sandbox_id_valid(de->d_name) || has_dir(r, de->d_name))
       continue;
     path = xasprintf("%s/%s", r->run, de->d_name);
-    freed = dsec_disk_usage_at(dirfd(d), de->d_name);
-    if (!r->o->dry_run) {
-      struct dsec_error *e = NULL;
-      if (dsec_rm_rf_at(dirfd(d), de->d_name, &e) < 0) {
-        ret = put_failed(r, "run_dir", de->d_name, "orphan", e,
-                         json_pack("{s:s}", "path", path), err);
-        continue;
-      }
-    }
-    ret = put(r, "run_dir", de->d_name, "orphan",
-              act(r, "removed", "would remove"), freed,
-              json_pack("{s:s}", "path", path), err);
+    ret = remove_put(r, dirfd(d), de->d_name, "run_dir", de->d_name, "orphan",
+                     json_pack("{s:s}", "path", path), err);
   }
   return ret;
 }
@@ -866,7 +871,6 @@ static int reap_removing(struct reap *r, const char *top,
   while ((de = readdir(d)) && ret == 0) {
     _cleanup_free_ char *path = NULL;
     _cleanup_close_ int fd = -1;
-    int64_t freed;
     if (!is_tmp_name(de->d_name))
       continue;
     fd = openat(dirfd(d), de->d_name,
@@ -874,16 +878,7 @@ static int reap_removing(struct reap *r, const char *top,
     if (fd < 0 || flock(fd, LOCK_EX | LOCK_NB) < 0)
       continue; /* being removed */
     path = xasprintf("%s/%s", dir, de->d_name);
-    freed = dsec_disk_usage_at(dirfd(d), de->d_name);
-    if (!r->o->dry_run) {
-      struct dsec_error *e = NULL;
-      if (dsec_rm_rf_at(dirfd(d), de->d_name, &e) < 0) {
-        ret = put_failed(r, "tmp", path, "stale", e, NULL, err);
-        continue;
-      }
-    }
-    ret = put(r, "tmp", path, "stale", act(r, "removed", "would remove"), freed,
-              NULL, err);
+    ret = remove_put(r, dirfd(d), de->d_name, "tmp", path, "stale", NULL, err);
   }
   return ret;
 }
@@ -977,7 +972,7 @@ static int reap_stale_in(struct reap *r, int dirfd, const char *path,
     return 0;
   while ((de = readdir(d)) && ret == 0) {
     _cleanup_free_ char *full = NULL;
-    int64_t age, freed;
+    int64_t age;
     if (strcmp(de->d_name, ".") == 0 || strcmp(de->d_name, "..") == 0)
       continue;
     full = xasprintf("%s/%s", path, de->d_name);
@@ -996,16 +991,7 @@ static int reap_stale_in(struct reap *r, int dirfd, const char *path,
     age = age_at(r, dirfd, de->d_name);
     if (age < STALE_S)
       continue;
-    freed = dsec_disk_usage_at(dirfd, de->d_name);
-    if (!r->o->dry_run) {
-      struct dsec_error *e = NULL;
-      if (dsec_rm_rf_at(dirfd, de->d_name, &e) < 0) {
-        ret = put_failed(r, "tmp", full, "stale", e, NULL, err);
-        continue;
-      }
-    }
-    ret = put(r, "tmp", full, "stale", act(r, "removed", "would remove"), freed,
-              NULL, err);
+    ret = remove_put(r, dirfd, de->d_name, "tmp", full, "stale", NULL, err);
   }
   return ret;
 }
