@@ -2328,6 +2328,7 @@ static void client_next(struct dsec_engine *e, struct dsec_client *cl)
     } else if (strcmp(op, "snapshot") == 0 && e->ops->snapshot) {
       r = e->ops->snapshot(e);
     } else if (strcmp(op, "shutdown") == 0) {
+      e->removing = json_is_true(json_object_get(req, "remove"));
       r = json_pack("{s:s, s:s}", "type", "stopping", "id", e->id);
       client_write(cl, r);
       json_decref(r);
@@ -2368,7 +2369,11 @@ _Noreturn void dsec_engine_end(struct dsec_engine *e, const char *state,
   json_object_set_new(e->state, "ended", json_string(now));
   if (cause)
     json_object_set_new(e->state, "cause", json_string(cause));
-  dsec_engine_write_state(e);
+  /* for rm, which removes the state and the events next, the end is
+   * neither written nor synced (a sandbox whose rm dies after this shows
+   * as died: its supervisor is gone) */
+  if (!e->removing)
+    dsec_engine_write_state(e);
   if (strcmp(state, "died") == 0 || strcmp(state, "expired") == 0) {
     json_t *ev = json_pack("{s:s, s:s}", "type", state, "cause",
                            cause ? cause : state);
@@ -2381,7 +2386,8 @@ _Noreturn void dsec_engine_end(struct dsec_engine *e, const char *state,
   dsec_audit_finish(e->audit);
   if (e->run_fd >= 0)
     unlinkat(e->run_fd, "ctl.sock", 0);
-  fsync(e->events_fd);
+  if (!e->removing)
+    fsync(e->events_fd);
   if (e->ops->after_end)
     e->ops->after_end(e);
   _exit(0);

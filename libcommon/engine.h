@@ -200,6 +200,7 @@ struct dsec_engine {
   double start_ms, last_activity_ms;
   bool suspended;             /* frozen: execs wait for resume */
   bool released;              /* suspend --release: the end is "suspended" */
+  bool removing;              /* shutdown for rm: the end is not recorded */
   struct dsec_cgroup *cg;     /* the backend's, destroyed at the end */
   struct dsec_traj traj;
   struct dsec_audit *audit;

@@ -574,7 +574,8 @@ int dsec_sandbox_stop(const char *id, bool force, struct dsec_error **err)
       struct dsec_conn *c = NULL;
       _cleanup_error_ struct dsec_error *e = NULL;
       if (dsec_conn_open(id, &c, &e) == 0) {
-        json_t *req = json_pack("{s:s}", "op", "shutdown");
+        /* its files go next: the supervisor need not record its end */
+        json_t *req = json_pack("{s:s, s:b}", "op", "shutdown", "remove", 1);
         json_t *r = dsec_conn_call(c, req, &e);
         json_decref(req);
         json_decref(r);

@@ -640,6 +640,28 @@ EOF
   [ -z "$(ls -A "$DSEC_RUN/removing" 2>/dev/null)" ]
 }
 
+@test "rm's shutdown (\"remove\":true) does not record the end; a plain shutdown does" {
+  local a b
+  a=$(sb_create)
+  b=$(sb_create)
+  run -0 --separate-stderr dsec-run exec "$a" --requests - <<<'{"op":"shutdown"}'
+  out_jq '.type == "stopping"'
+  run -0 --separate-stderr dsec-run exec "$b" --requests - <<<'{"op":"shutdown","remove":true}'
+  out_jq '.type == "stopping"'
+  # once both supervisors are gone (10 s at most)
+  for _ in $(seq 100); do
+    run -0 --separate-stderr dsec-run ps --all
+    jq -e -s 'all(.[]; .state != "running")' <<<"$output" >/dev/null && break
+    sleep 0.1
+  done
+  jq -e -s --arg a "$a" --arg b "$b" \
+    'any(.[]; .id == $a and .state == "stopped" and .cause == "removed") and
+     any(.[]; .id == $b and .state == "died")' <<<"$output"
+  run -0 --separate-stderr dsec-run rm "$a" "$b"
+  sb_gone "$a"
+  sb_gone "$b"
+}
+
 @test "run --attach prints the raw output and passes the status" {
   run -5 --separate-stderr dsec-run run --rm --attach --image busybox:1 -- \
     sh -c 'echo raw out; echo raw err >&2; exit 5'
