@@ -421,68 +421,122 @@ void dsec_sandbox_remove_background(bool on)
   remove_in_background = on;
 }
 
+/* With more removals than this pending in $DSEC_ROOT/removing/, a removal
+ * is done in place, the caller waiting: removers must not fall behind
+ * sandboxes that fill the disk with what they write. */
+#define REMOVING_MAX 16
+
+static int removing_count(const char *top)
+{
+  _cleanup_free_ char *dir = xasprintf("%s/" DSEC_REMOVING_DIR, top);
+  _cleanup_closedir_ DIR *d = opendir(dir);
+  struct dirent *de;
+  int n = 0;
+
+  while (d && (de = readdir(d)))
+    n += strstr(de->d_name, ".tmp-") != NULL;
+  return n;
+}
+
 /* Moves path (a sandbox's directory or run directory) into
- * <top>/removing/ as <id>.tmp-<random>, locked (flock) by the fd
- * returned: out of every listing at once.  -1 when it cannot be moved. */
+ * <top>/removing/ as <id>.tmp-<random> (*moved), and locks it (flock):
+ * returns the lock's fd; -2 when a reaper locked it first (it removes
+ * it); -1 when it cannot be moved or locked (*moved is set when it was
+ * moved: it is to be removed there). */
 static int move_aside(const char *top, const char *path, const char *id,
                       char **moved)
 {
   _cleanup_free_ char *dir = xasprintf("%s/" DSEC_REMOVING_DIR, top);
-  _cleanup_free_ char *to = NULL;
   uint64_t r;
-  int fd;
+  int fd, e;
 
   if (getrandom(&r, sizeof r, 0) != sizeof r)
     r = (uint64_t) getpid() ^ (uint64_t) dsec_now_ms();
-  to = xasprintf("%s/%s.tmp-%016llx", dir, id, (unsigned long long) r);
-  if (mkdir(dir, 0700) < 0 && errno != EEXIST)
+  *moved = xasprintf("%s/%s.tmp-%016llx", dir, id, (unsigned long long) r);
+  if ((mkdir(dir, 0700) < 0 && errno != EEXIST) || rename(path, *moved) < 0) {
+    free(steal_pointer(moved));
     return -1;
-  if (rename(path, to) < 0)
-    return -1;
-  fd = open(to, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-  if (fd >= 0 && flock(fd, LOCK_EX | LOCK_NB) < 0) {
-    close(fd); /* a reaper took it first: it removes it */
-    fd = -1;
   }
+  fd = open(*moved, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+  if (fd >= 0 && flock(fd, LOCK_EX | LOCK_NB) == 0)
+    return fd;
+  e = errno;
   if (fd >= 0)
-    *moved = steal_pointer(&to);
-  return fd;
+    close(fd);
+  if (fd >= 0 && e == EWOULDBLOCK) {
+    free(steal_pointer(moved));
+    return -2;
+  }
+  return -1;
 }
 
-/* Removes the n paths (each locked by its fd in fds) in a process of its
- * own that nobody waits for, holding the locks until they are gone (a
- * reaper leaves locked ones alone, removes those a killed remover
- * left).  It keeps none of the caller's descriptors but the locks: a
- * caller whose output is read to its end must not be held up. */
-static void remove_detached(char **paths, const int *fds, int n)
+/* Removes path: with bg, moved aside for the detached remover (its new
+ * path and lock added to paths and fds, *n of them); else, or when it
+ * cannot be, in place (warned about with warn). */
+static void remove_dir(bool bg, const char *top, const char *path,
+                       const char *id, bool warn, char **paths, int *fds,
+                       int *n)
+{
+  _cleanup_free_ char *moved = NULL;
+  _cleanup_error_ struct dsec_error *e = NULL;
+
+  if (bg) {
+    int fd = move_aside(top, path, id, &moved);
+    if (fd >= 0) {
+      paths[*n] = steal_pointer(&moved);
+      fds[(*n)++] = fd;
+      return;
+    }
+    if (fd == -2)
+      return;
+  }
+  if (dsec_rm_rf_at(AT_FDCWD, moved ? moved : path, &e) < 0 && warn)
+    dsec_warn("%s", e->msg);
+}
+
+/* Removes the n paths (each locked by its fd in fds, n <= 2) in a process
+ * of its own that nobody waits for, holding the locks until they are gone
+ * (a reaper leaves locked ones alone, removes those a killed remover
+ * left).  It is set up before the caller goes on: it keeps none of the
+ * caller's descriptors but the locks (a caller whose output is read to
+ * its end must not be held up), blocks no signal, and is named dsec-rm. */
+static void remove_detached(char **paths, int *fds, int n)
 {
   pid_t pid = fork();
+
   if (pid == 0) {
-    int null;
-    if (fork() != 0)
-      _exit(0);
-    setsid();
-    prctl(PR_SET_NAME, "dsec-rm");
-    null = open("/dev/null", O_RDWR | O_CLOEXEC);
+    sigset_t none;
+    int null, lo = 3, a, b;
+
+    /* the locks above 2 (a caller may have started with 0-2 closed) */
+    for (int i = 0; i < n; i++)
+      if (fds[i] <= 2)
+        fds[i] = fcntl(fds[i], F_DUPFD, 3);
+    null = open("/dev/null", O_RDWR);
     for (int i = 0; i < 3; i++)
       dup2(null, i);
-    {
-      /* all but the locks (n is at most 2: sorted by hand) */
-      int lo = 3, a = fds[0], b = n > 1 ? fds[1] : -1;
-      if (b >= 0 && b < a) {
-        a = fds[1];
-        b = fds[0];
-      }
-      if (a > lo)
-        close_range((unsigned) lo, (unsigned) a - 1, 0);
-      lo = a + 1;
-      if (b >= 0) {
-        if (b > lo)
-          close_range((unsigned) lo, (unsigned) b - 1, 0);
-        lo = b + 1;
-      }
-      close_range((unsigned) lo, ~0U, 0);
+    a = fds[0];
+    b = n > 1 ? fds[1] : -1;
+    if (b >= 0 && b < a) {
+      a = fds[1];
+      b = fds[0];
     }
+    if (a > lo)
+      close_range((unsigned) lo, (unsigned) a - 1, 0);
+    lo = a + 1;
+    if (b > lo)
+      close_range((unsigned) lo, (unsigned) b - 1, 0);
+    if (b >= 0)
+      lo = b + 1;
+    close_range((unsigned) lo, ~0U, 0);
+    sigemptyset(&none);
+    sigprocmask(SIG_SETMASK, &none, NULL);
+    setsid();
+    prctl(PR_SET_NAME, "dsec-rm");
+    /* the remover is our child's child; without one, the child removes
+     * (and the caller waits) */
+    if (fork() > 0)
+      _exit(0);
     for (int i = 0; i < n; i++)
       dsec_rm_rf_at(AT_FDCWD, paths[i], NULL);
     _exit(0);
@@ -501,8 +555,8 @@ void dsec_sandbox_remove_files(const char *id, json_t *spec)
   _cleanup_free_ char *run = dsec_sandbox_run_dir(id);
   _cleanup_free_ char *root_top = dsec_root_dir();
   _cleanup_free_ char *run_top = dsec_run_dir();
-  _cleanup_error_ struct dsec_error *e = NULL;
   const char *name = json_string_value(json_object_get(spec, "name"));
+  bool bg = remove_in_background && removing_count(root_top) < REMOVING_MAX;
   char *moved[2] = { NULL, NULL };
   int fds[2] = { -1, -1 }, n = 0;
 
@@ -510,18 +564,9 @@ void dsec_sandbox_remove_files(const char *id, json_t *spec)
   dsec_crash_point("removing");
   dsec_idrange_release(id);
   dsec_crash_point("ids released");
-  if (remove_in_background &&
-      (fds[n] = move_aside(root_top, dir, id, &moved[n])) >= 0)
-    n++;
-  else if (dsec_rm_rf_at(AT_FDCWD, dir, &e) < 0)
-    dsec_warn("%s", e->msg);
-  dsec_error_free(steal_pointer(&e));
+  remove_dir(bg, root_top, dir, id, true, moved, fds, &n);
   dsec_crash_point("directory removed");
-  if (remove_in_background &&
-      (fds[n] = move_aside(run_top, run, id, &moved[n])) >= 0)
-    n++;
-  else
-    dsec_rm_rf_at(AT_FDCWD, run, NULL);
+  remove_dir(bg, run_top, run, id, false, moved, fds, &n);
   if (name)
     dsec_sandbox_name_release(name, id);
   if (n > 0) {

@@ -546,16 +546,32 @@ sb_exec_ok() {
   c=$DSEC_ROOT/removing/$(fake_id).tmp-00000000000000cc
   mkdir -p "$a/upper/w" "$b/rootfs" "$c/upper"
   head -c 10000 /dev/urandom >"$a/upper/w/f"
+  # what else is there is nobody's: a file, a link (never followed)
+  echo target >"$BATS_TEST_TMPDIR/target"
+  : >"$DSEC_ROOT/removing/junk.tmp-1"
+  ln -s "$BATS_TEST_TMPDIR/target" "$DSEC_ROOT/removing/link.tmp-2"
   # a remover at work holds the lock on its directory
   exec 8<"$c"
   flock -x 8
+  # a dry run tells the two apart without a lock of its own
+  reap --dry-run
+  has tmp "$a" stale "would remove"
+  has tmp "$b" stale "would remove"
+  lacks tmp "$c"
+  [ -d "$a" ]
   reap
   exec 8<&-
   has tmp "$a" stale removed
   out_jq -s --arg i "$a" 'any(.[]; .id == $i and .freed_bytes >= 10000)'
   has tmp "$b" stale removed
+  has tmp "$DSEC_ROOT/removing/junk.tmp-1" stale removed
+  has tmp "$DSEC_ROOT/removing/link.tmp-2" stale removed
   lacks tmp "$c"
-  [ ! -e "$a" ] && [ ! -e "$b" ] && [ -d "$c" ]
+  [ ! -e "$a" ]
+  [ ! -e "$b" ]
+  [ -d "$c" ]
+  [ "$(ls -A "$DSEC_ROOT/removing")" = "${c##*/}" ]
+  [ "$(cat "$BATS_TEST_TMPDIR/target")" = target ]
   # its remover is gone now: the next run takes it
   reap
   has tmp "$c" stale removed

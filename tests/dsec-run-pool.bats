@@ -138,7 +138,7 @@ start_pool() {
   local id
   id=$(jq -r .id <<<"$output")
   run -0 --separate-stderr dsec-run ps --all
-  ! grep -q "$id" <<<"$output" # removed
+  [ -z "$(jq -r --arg id "$id" 'select(.id == $id) | .id' <<<"$output")" ] # removed
   rm -rf "$DSEC_ROOT/pools/not-a-key" "$DSEC_ROOT/pools/${key//?/0}"
 }
 

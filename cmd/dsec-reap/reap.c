@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/file.h>
+#include <sys/sysmacros.h>
 #include <sys/mount.h>
 #include <sys/stat.h>
 #include <sys/statfs.h>
@@ -854,6 +855,39 @@ static int reap_run_dirs(struct reap *r, struct dsec_error **err)
   return ret;
 }
 
+/* Whether some process holds an flock on the file dev/ino, as
+ * /proc/locks says: how a dry run tells without taking a lock. */
+static bool flock_held(dev_t dev, ino_t ino)
+{
+  _cleanup_fclose_ FILE *f = fopen("/proc/locks", "re");
+  char line[256];
+
+  while (f && fgets(line, sizeof line, f)) {
+    char type[16];
+    unsigned maj, min;
+    unsigned long long i;
+    /* "N: FLOCK ADVISORY WRITE PID MAJ:MIN:INO START END"; a waiter's
+     * line has "->" where the type is */
+    if (sscanf(line, "%*d: %15s %*s %*s %*d %x:%x:%llu", type, &maj, &min,
+               &i) == 4 &&
+        strcmp(type, "FLOCK") == 0 && makedev(maj, min) == dev &&
+        (ino_t) i == ino)
+      return true;
+  }
+  return false;
+}
+
+/* Whether a remover holds fd's file locked: a dry run looks in
+ * /proc/locks; a real run takes the lock (EWOULDBLOCK: held; any other
+ * failure, a file system without flock, means that nobody could). */
+static bool being_removed(struct reap *r, int fd)
+{
+  struct stat st;
+  if (r->o->dry_run)
+    return fstat(fd, &st) < 0 || flock_held(st.st_dev, st.st_ino);
+  return flock(fd, LOCK_EX | LOCK_NB) < 0 && errno == EWOULDBLOCK;
+}
+
 /* <top>/removing/: the directories of removed sandboxes that dsec-run rm
  * moved aside for a detached process to remove (sandbox.h).  That
  * process holds an flock on each until it is gone, so one that can be
@@ -873,10 +907,14 @@ static int reap_removing(struct reap *r, const char *top,
     _cleanup_close_ int fd = -1;
     if (!is_tmp_name(de->d_name))
       continue;
+    /* not only directories: anything else there is nobody's either */
     fd = openat(dirfd(d), de->d_name,
-                O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-    if (fd < 0 || flock(fd, LOCK_EX | LOCK_NB) < 0)
-      continue; /* being removed */
+                O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+    if (fd < 0 && errno != ELOOP)
+      continue;
+    /* a symbolic link (ELOOP) has no lock to look at */
+    if (fd >= 0 && being_removed(r, fd))
+      continue;
     path = xasprintf("%s/%s", dir, de->d_name);
     ret = remove_put(r, dirfd(d), de->d_name, "tmp", path, "stale", NULL, err);
   }

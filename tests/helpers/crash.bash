@@ -340,6 +340,8 @@ after_crash() {
       return 1
     }
   fi
+  # their files are removed after rm has answered
+  removals_done || { echo "$what: a remover did not end" >&2; return 1; }
   # (not into the layers' mounts, read-only)
   find "$DSEC_ROOT" "$DSEC_RUN" -xdev -exec touch -h -d '2 minutes ago' {} + \
     2>/dev/null || true

@@ -282,6 +282,40 @@ sb_wait_no_proc() {
   return 1
 }
 
+# held DIR: DIR exists and some process holds an flock on it (opened
+# without O_CREAT: flock(1) given a path would create a file there once
+# it is gone).
+held() {
+  local fd rc=1
+  exec {fd}<"$1" || return 1
+  flock -n "$fd" || rc=0
+  exec {fd}<&-
+  return $rc
+} 2>/dev/null
+
+# until_unlocked DIR...: waits (10 s at most) until no process holds an
+# flock on any DIR (a remover has ended); fails if one still does.
+until_unlocked() {
+  local d i
+  for d in "$@"; do
+    for i in $(seq 100); do
+      held "$d" || break
+      sleep 0.1
+    done
+    ! held "$d" || return 1
+  done
+}
+
+# removals_done: waits until the removers of the sandboxes rm removed
+# (dsec-run rm returns before their files are gone) have ended.
+removals_done() {
+  local d
+  for d in "$DSEC_ROOT"/removing/*.tmp-* "$DSEC_RUN"/removing/*.tmp-*; do
+    [ -e "$d" ] || continue
+    until_unlocked "$d" || return
+  done
+}
+
 # sb_gone ID: the sandbox has no directory, run dir, cgroup or name left.
 sb_gone() {
   local id=$1 left
