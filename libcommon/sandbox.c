@@ -506,29 +506,19 @@ static void remove_detached(char **paths, int *fds, int n)
 
   if (pid == 0) {
     sigset_t none;
-    int null, lo = 3, a, b;
+    int null;
 
-    /* the locks above 2 (a caller may have started with 0-2 closed) */
+    /* the locks to 3 and up, nothing else open but /dev/null on 0-2: the
+     * locks are copied above 3 + n first (one of them may be 0-2, or 3 or
+     * 4, where the other goes) */
     for (int i = 0; i < n; i++)
-      if (fds[i] <= 2)
-        fds[i] = fcntl(fds[i], F_DUPFD, 3);
+      fds[i] = fcntl(fds[i], F_DUPFD, 3 + n);
     null = open("/dev/null", O_RDWR);
     for (int i = 0; i < 3; i++)
       dup2(null, i);
-    a = fds[0];
-    b = n > 1 ? fds[1] : -1;
-    if (b >= 0 && b < a) {
-      a = fds[1];
-      b = fds[0];
-    }
-    if (a > lo)
-      close_range((unsigned) lo, (unsigned) a - 1, 0);
-    lo = a + 1;
-    if (b > lo)
-      close_range((unsigned) lo, (unsigned) b - 1, 0);
-    if (b >= 0)
-      lo = b + 1;
-    close_range((unsigned) lo, ~0U, 0);
+    for (int i = 0; i < n; i++)
+      dup2(fds[i], 3 + i);
+    close_range(3 + (unsigned) n, ~0U, 0);
     sigemptyset(&none);
     sigprocmask(SIG_SETMASK, &none, NULL);
     setsid();

@@ -867,7 +867,8 @@ static char *pool_key(json_t *spec)
 /* The key of the pool kept for spec, or NULL.  A pool writes its
  * pool_text to KEY/key.json, and a create compares its own with each
  * pool's rather than hashing it: the hash would load libcrypto (and read
- * openssl.cnf) in every create, a few ms of a claim's 1-2. */
+ * openssl.cnf) in every create, which took longer than all the rest of a
+ * claim (6.7 against 2.8 ms). */
 static char *pool_find(const char *pools, json_t *spec)
 {
   _cleanup_closedir_ DIR *d = opendir(pools);
@@ -884,8 +885,7 @@ static char *pool_find(const char *pools, json_t *spec)
     _cleanup_free_ char *kept = NULL;
     _cleanup_error_ struct dsec_error *e = NULL;
     size_t n = 0;
-    if (strlen(de->d_name) != DSEC_SHA256_HEX_LEN ||
-        strspn(de->d_name, "0123456789abcdef") != strlen(de->d_name))
+    if (!dsec_digest_hex_valid(de->d_name))
       continue;
     path = xasprintf("%s/key.json", de->d_name);
     kept = dsec_read_file_at(dirfd(d), path, len + 1, &n, &e);
