@@ -37,7 +37,6 @@
 #include <linux/openat2.h>
 #include <linux/sockios.h>
 #include <malloc.h>
-#include <math.h>
 #include <net/if.h>
 #include <netinet/in.h>
 #include <poll.h>

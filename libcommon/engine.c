@@ -5,7 +5,6 @@
 
 #include <errno.h>
 #include <fcntl.h>
-#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -558,13 +557,16 @@ static void tty_drain(struct dsec_engine *e, struct dsec_job *j)
     double left;
     uint64_t before = j->out.k.total;
     capture_read(e, &j->out);
-    if (j->out.k.total > before)
-      until = fmin(now_ms() + TTY_DRAIN_MS, start + TTY_DRAIN_MAX_MS);
+    if (j->out.k.total > before) {
+      until = now_ms() + TTY_DRAIN_MS;
+      if (until > start + TTY_DRAIN_MAX_MS)
+        until = start + TTY_DRAIN_MAX_MS;
+    }
     left = until - now_ms();
     if (j->out.fd < 0 || left <= 0)
       return;
     p = (struct pollfd){ j->out.fd, POLLIN, 0 };
-    if (poll(&p, 1, (int) ceil(left)) == 0)
+    if (poll(&p, 1, dsec_ceil_int(left)) == 0)
       return;
   }
 }
@@ -1900,7 +1902,7 @@ static void copy_finish(struct dsec_engine *e, struct dsec_job *j,
                   "direction", c->in ? "in" : "out", "path", path, "bytes",
                   (json_int_t) c->bytes, "files", (json_int_t) c->files,
                   "digest", digest, "duration_ms",
-                  round((now_ms() - j->start) * 10) / 10, "replayed",
+                  dsec_ms1(now_ms() - j->start), "replayed",
                   c->replayed);
   if (!c->replayed) {
     _cleanup_error_ struct dsec_error *err = NULL;
@@ -2439,7 +2441,9 @@ static int engine_timeout_ms(struct dsec_engine *e)
   }
   if (next < 0)
     return -1;
-  return next <= now ? 0 : (int) fmin(next - now + 1, 3600000);
+  if (next <= now)
+    return 0;
+  return next - now + 1 < 3600000 ? (int) (next - now + 1) : 3600000;
 }
 
 static void engine_timers(struct dsec_engine *e)

@@ -7,7 +7,6 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
-#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -282,7 +281,7 @@ json_t *dsec_exec_result(const char *id, json_t *seq, int exit_code, int sig,
                    (json_int_t) err_total, "truncated",
                    out_total > out_len || err_total > err_len, "timed_out",
                    timed_out, "oom_killed", oom, "duration_ms",
-                   round(duration_ms * 10) / 10, "replayed", false);
+                   dsec_ms1(duration_ms), "replayed", false);
 }
 
 /* ---- the trajectory */

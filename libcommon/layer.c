@@ -10,7 +10,6 @@
 #include <fcntl.h>
 #include <ftw.h>
 #include <linux/magic.h>
-#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/random.h>
@@ -458,7 +457,7 @@ static int make_erofs(struct dsec_store *s, int dfd, const char *digest,
   /* what it holds, beside it (written first: an image is never without) */
   rec = json_pack("{s:s, s:I, s:s, s:f, s:I, s:I, s:I, s:I}", "compression",
                   comp, "size", (json_int_t) st.st_size, "built", now,
-                  "build_ms", round((dsec_now_ms() - t0) * 10) / 10,
+                  "build_ms", dsec_ms1(dsec_now_ms() - t0),
                   "setuid_files", (json_int_t) xs->setuid_files,
                   "setgid_files", (json_int_t) xs->setgid_files,
                   "capability_files", (json_int_t) xs->capability_files,

@@ -73,5 +73,18 @@ bool dsec_str_has_suffix(const char *s, const char *suffix);
 char *dsec_time_rfc3339(void);
 /* Monotonic clock in milliseconds. */
 double dsec_now_ms(void);
+/* ms to a tenth, as records give durations (not libm's round: a program
+ * that needs no libm loads none, see configure.ac) */
+static inline double dsec_ms1(double ms)
+{
+  return ms < 0 ? -(double) (long long) (-ms * 10 + 0.5) / 10
+                : (double) (long long) (ms * 10 + 0.5) / 10;
+}
+/* the least int >= x, for x within int's range */
+static inline int dsec_ceil_int(double x)
+{
+  int i = (int) x;
+  return i < x ? i + 1 : i;
+}
 
 #endif

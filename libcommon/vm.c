@@ -26,7 +26,6 @@
 #include <fcntl.h>
 #include <linux/capability.h>
 #include <linux/fs.h>
-#include <math.h>
 #include <poll.h>
 #include <pthread.h>
 #include <sched.h>
@@ -407,7 +406,7 @@ static json_t *qemu_argv(struct vm *v, struct dsec_vm_boot *boot,
   } else
     argv_add(a, "%lld", (long long) (mem > 0 ? mem : 512));
   argv_add(a, "-smp");
-  argv_add(a, "%d", cpus >= 1 ? (int) ceil(cpus) : 1);
+  argv_add(a, "%d", cpus >= 1 ? dsec_ceil_int(cpus) : 1);
   argv_add(a, "-nodefaults");
   argv_add(a, "-no-user-config");
   argv_add(a, "-nographic");
@@ -1471,7 +1470,7 @@ static json_t *vm_release(struct dsec_engine *e, bool *ended)
   return json_pack("{s:s, s:s, s:b, s:s, s:I, s:f, s:O}", "type", "suspended",
                    "id", v->e->id, "released", true, "snapshot", "vm.snap",
                    "snapshot_bytes", (json_int_t) size, "duration_ms",
-                   round((dsec_now_ms() - t0) * 10) / 10, "after_seq",
+                   dsec_ms1(dsec_now_ms() - t0), "after_seq",
                    v->e->traj.last_seq ? v->e->traj.last_seq : json_null());
 }
 
@@ -1506,7 +1505,7 @@ static json_t *vm_snapshot(struct dsec_engine *e)
   }
   return json_pack("{s:s, s:s, s:s, s:s, s:f, s:O}", "type", "snapshot", "id",
                    v->e->id, "snapshot", snap, "disk", disk, "duration_ms",
-                   round((dsec_now_ms() - t0) * 10) / 10, "after_seq",
+                   dsec_ms1(dsec_now_ms() - t0), "after_seq",
                    v->e->traj.last_seq ? v->e->traj.last_seq : json_null());
 }
 

@@ -4,7 +4,6 @@
 
 #include <dirent.h>
 #include <getopt.h>
-#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -363,7 +362,7 @@ static int cmd_verify(struct dsec_store *s, bool repair,
                   "findings", (json_int_t) c.findings, "repaired",
                   (json_int_t) c.repaired, "remaining",
                   (json_int_t) c.remaining, "consistent", c.remaining == 0,
-                  "duration_ms", round((dsec_now_ms() - t0) * 10) / 10),
+                  "duration_ms", dsec_ms1(dsec_now_ms() - t0)),
         err) < 0)
     return -1;
   if (c.remaining > 0)
@@ -478,7 +477,7 @@ static int run(struct dsec_store *s, struct options *o, struct dsec_error **err)
                       "digest", ld, "format",
                       o->format == DSEC_FORMAT_EROFS ? "erofs" : "dir", "path",
                       path, "made", made, "duration_ms",
-                      round((dsec_now_ms() - t0) * 10) / 10),
+                      dsec_ms1(dsec_now_ms() - t0)),
             err) < 0)
         return -1;
     }

@@ -5,7 +5,6 @@
 #include <dirent.h>
 #include <ctype.h>
 #include <errno.h>
-#include <math.h>
 #include <fcntl.h>
 #include <getopt.h>
 #include <netinet/in.h>
@@ -3131,7 +3130,7 @@ static int resume_vm(const char *id, json_t *st, struct dsec_error **err)
   json_object_set_new(rec, "type", json_string("resumed"));
   json_object_set_new(rec, "from", json_string("snapshot"));
   json_object_set_new(rec, "duration_ms",
-                      json_real(round((dsec_now_ms() - t0) * 10) / 10));
+                      json_real(dsec_ms1(dsec_now_ms() - t0)));
   return dsec_json_print_new(rec, err);
 }
 
