@@ -89,6 +89,7 @@ CPFX=dsecbench-$$-
 BH=$WORK/bh
 HELPER_PID=
 POOL_PID=
+POOL_BASE_PID=
 
 dsec_ids() {
   # every sandbox of our private root, whatever state it is in
@@ -108,10 +109,12 @@ cleanup() {
     wait "$HELPER_PID" 2>/dev/null
   fi
   # the pool removes what it keeps when it stops
-  if [[ -n $POOL_PID ]] && kill -0 "$POOL_PID" 2>/dev/null; then
-    kill -TERM "$POOL_PID" 2>/dev/null
-    wait "$POOL_PID" 2>/dev/null
-  fi
+  for pid in "$POOL_PID" "${POOL_BASE_PID-}"; do
+    if [[ -n $pid ]] && kill -0 "$pid" 2>/dev/null; then
+      kill -TERM "$pid" 2>/dev/null
+      wait "$pid" 2>/dev/null
+    fi
+  done
   # dsec sandboxes: rm --force kills the supervisor, removes cgroups+files
   mapfile -t ids < <(dsec_ids)
   if ((${#ids[@]})); then
@@ -465,26 +468,38 @@ helper run "$N_WARM" "$DSEC" run --rm --image "$IMAGE" -- true >/dev/null
 # this build's (as case 2's).  The pooled cycles claim from a
 # `dsec-run pool` of a spec of their own (one more env variable, so the
 # others never claim from it); each starts when the pool is full again,
-# so a claim never meets the pool's own creates.
+# so a claim never meets the pool's own creates.  The base build claims
+# from a pool of its own (its supervisors), of a spec of its own.
 : >"$RES/c1_dsec"
 : >"$RES/c1_base"
 : >"$RES/c1_pool"
 : >"$RES/c1_pool_base"
 POOLED=(run --rm --image "$IMAGE" --env DSEC_BENCH=pool -- true)
+POOLED_BASE=(run --rm --image "$IMAGE" --env DSEC_BENCH=pool-base -- true)
 "$DSEC" pool --image "$IMAGE" --env DSEC_BENCH=pool --size 2 >"$WORK/pool.out" 2>&1 &
 POOL_PID=$!
+POOLS=2
+if [[ -n $BASE ]]; then
+  "$BASE/dsec-run" pool --image "$IMAGE" --env DSEC_BENCH=pool-base --size 2 \
+    >"$WORK/pool-base.out" 2>&1 &
+  POOL_BASE_PID=$!
+  POOLS=4
+fi
 pool_full() {
   local i n
   for ((i = 0; i < 300; i++)); do
     n=$(find "$DSEC_ROOT/pools" -path '*/ready/sb-*' 2>/dev/null | wc -l) || n=0
-    ((n >= 2)) && return 0
+    ((n >= POOLS)) && return 0
     kill -0 "$POOL_PID" 2>/dev/null || die "dsec-run pool ended: $(cat "$WORK/pool.out")"
+    [[ -z ${POOL_BASE_PID-} ]] || kill -0 "$POOL_BASE_PID" 2>/dev/null ||
+      die "the base build's dsec-run pool ended: $(cat "$WORK/pool-base.out")"
     sleep 0.05
   done
-  die "the pool was not refilled in 15 s"
+  die "the pools were not refilled in 15 s"
 }
 pool_full
 helper run "$N_WARM" "$DSEC" "${POOLED[@]}" >/dev/null
+[[ -z $BASE ]] || { pool_full; helper run "$N_WARM" "$BASE/dsec-run" "${POOLED_BASE[@]}" >/dev/null; }
 [[ -n $BASE ]] && helper run "$N_WARM" "$BASE/dsec-run" run --rm --image "$IMAGE" -- true >/dev/null
 for ((k = 0; k < 10; k++)); do
   nb=$(block "$k" "$N_CYCLE")
@@ -497,12 +512,17 @@ for ((k = 0; k < 10; k++)); do
     helper run 1 "$DSEC" "${POOLED[@]}" >>"$RES/c1_pool"
     [[ -z $BASE ]] && continue
     pool_full
-    helper run 1 "$BASE/dsec-run" "${POOLED[@]}" >>"$RES/c1_pool_base"
+    helper run 1 "$BASE/dsec-run" "${POOLED_BASE[@]}" >>"$RES/c1_pool_base"
   done
 done
 kill -TERM "$POOL_PID"
 wait "$POOL_PID" || die "dsec-run pool failed: $(cat "$WORK/pool.out")"
 POOL_PID=
+if [[ -n ${POOL_BASE_PID-} ]]; then
+  kill -TERM "$POOL_BASE_PID"
+  wait "$POOL_BASE_PID" || die "the base build's dsec-run pool failed: $(cat "$WORK/pool-base.out")"
+  POOL_BASE_PID=
+fi
 helper run "$N_WARM" "$BH" nswrap crun --root "$CRUN_ROOT" run -b "$WORK/bundle" "${CPFX}w{}" >/dev/null
 helper run "$N_CYCLE" "$BH" nswrap crun --root "$CRUN_ROOT" run -b "$WORK/bundle" "${CPFX}c{}" >"$RES/c1_crun_raw"
 net "$RES/c1_crun_raw" "$RES/c1_crun" "$WRAP"

@@ -2335,6 +2335,9 @@ static void client_next(struct dsec_engine *e, struct dsec_client *cl)
       client_write(cl, r);
       json_decref(r);
       json_decref(req);
+      /* rm waits for "stopped" (dsec_sandbox_stop), not for our exit */
+      if (e->removing)
+        e->ender = cl;
       dsec_engine_end(e, "stopped", "removed");
     } else {
       reply_error(cl, "unknown op", DSEC_EXIT_INPUT);
@@ -2390,7 +2393,15 @@ _Noreturn void dsec_engine_end(struct dsec_engine *e, const char *state,
     unlinkat(e->run_fd, "ctl.sock", 0);
   if (!e->removing)
     fsync(e->events_fd);
-  if (e->ops->after_end)
+  /* rm learns that the end is done: the sandbox's processes and cgroups
+   * are gone.  What is left is our own exit (our mount namespace, the
+   * fanotify group's release), which it need not wait for: so no
+   * after_end either, whose point is to spare a waiter that release. */
+  if (e->ender) {
+    json_t *r = json_pack("{s:s, s:s}", "type", "stopped", "id", e->id);
+    client_write(e->ender, r);
+    json_decref(r);
+  } else if (e->ops->after_end)
     e->ops->after_end(e);
   _exit(0);
 }

@@ -160,7 +160,9 @@ struct dsec_backend_ops {
   int (*next_timer)(struct dsec_engine *e);
   void (*timers)(struct dsec_engine *e);
   /* Stops every process of the sandbox (the end); then cleanup after
-   * the state is written, may be NULL. */
+   * the state is written, may be NULL (after_end: not called when the
+   * one who asked for the end was told it is done, see
+   * dsec_engine_end). */
   void (*stop)(struct dsec_engine *e);
   void (*after_end)(struct dsec_engine *e);
   /* More input for job j, started with "keep_stdin" (a session's shell,
@@ -201,6 +203,9 @@ struct dsec_engine {
   bool suspended;             /* frozen: execs wait for resume */
   bool released;              /* suspend --release: the end is "suspended" */
   bool removing;              /* shutdown for rm: the end is not recorded */
+  struct dsec_client *ender;  /* who asked for the end (a shutdown for
+                               * rm): told "stopped" once it is done, or
+                               * NULL */
   struct dsec_cgroup *cg;     /* the backend's, destroyed at the end */
   struct dsec_traj traj;
   struct dsec_audit *audit;

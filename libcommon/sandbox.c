@@ -470,12 +470,26 @@ static int move_aside(const char *top, const char *path, const char *id,
   return -1;
 }
 
+/* Waits until the process of pidfd after (-1: none) is gone, 60 s at
+ * most: a supervisor that said it stopped is still exiting (its mounts
+ * of the sandbox's directories go with its mount namespace). */
+#define AFTER_MAX_MS 60000
+
+static void wait_exit(int after)
+{
+  struct pollfd p = { after, POLLIN, 0 };
+
+  if (after >= 0)
+    while (poll(&p, 1, AFTER_MAX_MS) < 0 && errno == EINTR)
+      ;
+}
+
 /* Removes path: with bg, moved aside for the detached remover (its new
  * path and lock added to paths and fds, *n of them); else, or when it
  * cannot be, in place (warned about with warn). */
 static void remove_dir(bool bg, const char *top, const char *path,
-                       const char *id, bool warn, char **paths, int *fds,
-                       int *n)
+                       const char *id, bool warn, int after, char **paths,
+                       int *fds, int *n)
 {
   _cleanup_free_ char *moved = NULL;
   _cleanup_error_ struct dsec_error *e = NULL;
@@ -490,6 +504,7 @@ static void remove_dir(bool bg, const char *top, const char *path,
     if (fd == -2)
       return;
   }
+  wait_exit(after);
   if (dsec_rm_rf_at(AT_FDCWD, moved ? moved : path, &e) < 0 && warn)
     dsec_warn("%s", e->msg);
 }
@@ -497,10 +512,11 @@ static void remove_dir(bool bg, const char *top, const char *path,
 /* Removes the n paths (each locked by its fd in fds, n <= 2) in a process
  * of its own that nobody waits for, holding the locks until they are gone
  * (a reaper leaves locked ones alone, removes those a killed remover
- * left).  It is set up before the caller goes on: it keeps none of the
- * caller's descriptors but the locks (a caller whose output is read to
- * its end must not be held up), blocks no signal, and is named dsec-rm. */
-static void remove_detached(char **paths, int *fds, int n)
+ * left), once the process of pidfd after (or -1) is gone.  It is set up
+ * before the caller goes on: it keeps none of the caller's descriptors
+ * but the locks and after (a caller whose output is read to its end must
+ * not be held up), blocks no signal, and is named dsec-rm. */
+static void remove_detached(char **paths, int *fds, int n, int after)
 {
   pid_t pid = fork();
 
@@ -508,17 +524,21 @@ static void remove_detached(char **paths, int *fds, int n)
     sigset_t none;
     int null;
 
-    /* the locks to 3 and up, nothing else open but /dev/null on 0-2: the
-     * locks are copied above 3 + n first (one of them may be 0-2, or 3 or
-     * 4, where the other goes) */
+    /* the locks to 3 and up, then after, nothing else open but /dev/null
+     * on 0-2: they are copied above 4 + n first (one of them may be 0-2,
+     * or where another goes) */
     for (int i = 0; i < n; i++)
-      fds[i] = fcntl(fds[i], F_DUPFD, 3 + n);
+      fds[i] = fcntl(fds[i], F_DUPFD, 4 + n);
+    if (after >= 0)
+      after = fcntl(after, F_DUPFD, 4 + n);
     null = open("/dev/null", O_RDWR);
     for (int i = 0; i < 3; i++)
       dup2(null, i);
     for (int i = 0; i < n; i++)
       dup2(fds[i], 3 + i);
-    close_range(3 + (unsigned) n, ~0U, 0);
+    if (after >= 0)
+      after = dup2(after, 3 + n);
+    close_range(3 + (unsigned) n + (after >= 0), ~0U, 0);
     sigemptyset(&none);
     sigprocmask(SIG_SETMASK, &none, NULL);
     setsid();
@@ -527,6 +547,7 @@ static void remove_detached(char **paths, int *fds, int n)
      * (and the caller waits) */
     if (fork() > 0)
       _exit(0);
+    wait_exit(after);
     for (int i = 0; i < n; i++)
       dsec_rm_rf_at(AT_FDCWD, paths[i], NULL);
     _exit(0);
@@ -534,12 +555,19 @@ static void remove_detached(char **paths, int *fds, int n)
   if (pid > 0)
     while (waitpid(pid, NULL, 0) < 0 && errno == EINTR)
       ;
-  else
+  else {
+    wait_exit(after);
     for (int i = 0; i < n; i++)
       dsec_rm_rf_at(AT_FDCWD, paths[i], NULL);
+  }
 }
 
 void dsec_sandbox_remove_files(const char *id, json_t *spec)
+{
+  dsec_sandbox_remove_files_after(id, spec, -1);
+}
+
+void dsec_sandbox_remove_files_after(const char *id, json_t *spec, int after)
 {
   _cleanup_free_ char *dir = dsec_sandbox_dir(id);
   _cleanup_free_ char *run = dsec_sandbox_run_dir(id);
@@ -554,14 +582,14 @@ void dsec_sandbox_remove_files(const char *id, json_t *spec)
   dsec_crash_point("removing");
   dsec_idrange_release(id);
   dsec_crash_point("ids released");
-  remove_dir(bg, root_top, dir, id, true, moved, fds, &n);
+  remove_dir(bg, root_top, dir, id, true, after, moved, fds, &n);
   dsec_crash_point("directory removed");
-  remove_dir(bg, run_top, run, id, false, moved, fds, &n);
+  remove_dir(bg, run_top, run, id, false, after, moved, fds, &n);
   if (name)
     dsec_sandbox_name_release(name, id);
   if (n > 0) {
     dsec_crash_point("moved aside");
-    remove_detached(moved, fds, n);
+    remove_detached(moved, fds, n, after);
   }
   for (int i = 0; i < n; i++) {
     close(fds[i]);
@@ -589,12 +617,47 @@ static void note_hot_sets(const char *dir)
   }
 }
 
+/* Asks the supervisor of id to shut down for rm ("remove": it need not
+ * record its end, its files go next), and waits (5 s at most) until it
+ * says it stopped: true when it did.  False when it cannot be asked, or
+ * ends without saying so (killed, or a build that does not): its exit is
+ * then waited for. */
+#define STOPPED_MAX_MS 5000
+
+static bool ask_shutdown(const char *id)
+{
+  struct dsec_conn *c = NULL;
+  _cleanup_error_ struct dsec_error *e = NULL;
+  json_t *req, *r;
+  bool told = false;
+
+  if (dsec_conn_open(id, &c, &e) < 0)
+    return false;
+  req = json_pack("{s:s, s:b}", "op", "shutdown", "remove", 1);
+  r = dsec_conn_call(c, req, &e);
+  json_decref(req);
+  if (r && !json_object_get(r, "error")) {
+    struct pollfd p = { dsec_conn_fd(c), POLLIN, 0 };
+    json_decref(r);
+    r = NULL;
+    if (dsec_conn_pending(c) || poll(&p, 1, STOPPED_MAX_MS) > 0)
+      r = dsec_conn_recv(c, &e);
+    told = r && json_is_string(json_object_get(r, "type")) &&
+           strcmp(json_string_value(json_object_get(r, "type")), "stopped") == 0;
+  }
+  json_decref(r);
+  dsec_conn_close(c);
+  return told;
+}
+
 int dsec_sandbox_stop(const char *id, bool force, struct dsec_error **err)
 {
   _cleanup_json_ json_t *st = dsec_sandbox_status(id, err);
   _cleanup_json_ json_t *spec = NULL;
   _cleanup_free_ char *dir = dsec_sandbox_dir(id);
+  _cleanup_close_ int pfd = -1;
   const char *state;
+  bool told = false;
   pid_t sup;
   uint64_t start;
 
@@ -604,37 +667,29 @@ int dsec_sandbox_stop(const char *id, bool force, struct dsec_error **err)
   sup = (pid_t) json_integer_value(json_object_get(st, "supervisor_pid"));
   start = (uint64_t) json_integer_value(json_object_get(st, "supervisor_start"));
   if (dsec_process_alive(sup, start)) {
+    /* the supervisor's, while it is the one with that start time */
+    pfd = (int) syscall(SYS_pidfd_open, sup, 0);
+    if (pfd >= 0 && !dsec_process_alive(sup, start))
+      close(dsec_steal_fd(&pfd));
     if (!force && state && (strcmp(state, "running") == 0 ||
-                            strcmp(state, "suspended") == 0)) {
-      struct dsec_conn *c = NULL;
-      _cleanup_error_ struct dsec_error *e = NULL;
-      if (dsec_conn_open(id, &c, &e) == 0) {
-        /* its files go next: the supervisor need not record its end */
-        json_t *req = json_pack("{s:s, s:b}", "op", "shutdown", "remove", 1);
-        json_t *r = dsec_conn_call(c, req, &e);
-        json_decref(req);
-        json_decref(r);
-        dsec_conn_close(c);
+                            strcmp(state, "suspended") == 0))
+      told = ask_shutdown(id);
+  }
+  /* unless it said it stopped: wait for its exit (5 s at most before
+   * SIGKILL), then make sure */
+  if (!told && dsec_process_alive(sup, start)) {
+    if (force)
+      kill(sup, SIGKILL);
+    if (pfd >= 0 && dsec_process_alive(sup, start)) {
+      struct pollfd p = { pfd, POLLIN, 0 };
+      if (poll(&p, 1, force ? 10000 : 5000) == 0) {
+        kill(sup, SIGKILL);
+        poll(&p, 1, 10000);
       }
     }
-    /* wait for it (5 s at most before SIGKILL), then make sure */
-    {
-      int pfd = (int) syscall(SYS_pidfd_open, sup, 0);
-      if (force)
-        kill(sup, SIGKILL);
-      if (pfd >= 0 && dsec_process_alive(sup, start)) {
-        struct pollfd p = { pfd, POLLIN, 0 };
-        if (poll(&p, 1, force ? 10000 : 5000) == 0) {
-          kill(sup, SIGKILL);
-          poll(&p, 1, 10000);
-        }
-      }
-      if (pfd >= 0)
-        close(pfd);
-      for (int i = 0; i < 200 && dsec_process_alive(sup, start); i++) {
-        kill(sup, SIGKILL);
-        usleep(10000);
-      }
+    for (int i = 0; i < 200 && dsec_process_alive(sup, start); i++) {
+      kill(sup, SIGKILL);
+      usleep(10000);
     }
     if (dsec_process_alive(sup, start))
       return dsec_fail(err, EBUSY, "the supervisor of %s does not stop", id);
@@ -643,8 +698,9 @@ int dsec_sandbox_stop(const char *id, bool force, struct dsec_error **err)
   }
   dsec_crash_point("supervisor stopped");
   /* whatever a dead supervisor left: processes, cgroups (found by the id
-   * too: a supervisor killed while creating had not recorded them yet) */
-  {
+   * too: a supervisor killed while creating had not recorded them yet);
+   * one that said it stopped had removed its own */
+  if (!told) {
     struct dsec_cgroup *cg = dsec_cgroup_for_id(id);
     _cleanup_error_ struct dsec_error *e = NULL;
     int r = dsec_cgroup_destroy(cg, &e);
@@ -658,7 +714,9 @@ int dsec_sandbox_stop(const char *id, bool force, struct dsec_error **err)
                                                  NULL, NULL);
     spec = buf ? json_loads(buf, 0, NULL) : NULL;
   }
-  dsec_sandbox_remove_files(id, spec);
+  /* a supervisor that said it stopped is exiting: its directories are
+   * removed once it is gone */
+  dsec_sandbox_remove_files_after(id, spec, told ? pfd : -1);
   return 0;
 }
 

@@ -77,10 +77,17 @@ bool dsec_process_alive(pid_t pid, uint64_t starttime);
  * whatever the sandbox wrote.  dsec-reap removes unlocked ones. */
 #define DSEC_REMOVING_DIR "removing"
 void dsec_sandbox_remove_files(const char *id, json_t *spec);
+/* The same, after the process of pidfd after (a supervisor that said it
+ * stopped and is exiting) is gone: the remover waits for it (60 s at
+ * most), or the caller when the removal is done in place.  after -1: as
+ * dsec_sandbox_remove_files. */
+void dsec_sandbox_remove_files_after(const char *id, json_t *spec, int after);
 void dsec_sandbox_remove_background(bool on);
 /* Stops the sandbox and removes it: asks a running supervisor to shut
- * down (at once with force), SIGKILLs it after 5 s, removes the cgroups
- * and processes a dead one left, then the files. */
+ * down (at once with force) and waits until it says it stopped (its
+ * processes and cgroups are gone), or for its exit: SIGKILLs it after
+ * 5 s; removes the cgroups and processes a dead one left, then the
+ * files. */
 int dsec_sandbox_stop(const char *id, bool force, struct dsec_error **err);
 
 /* Appends one record to sandboxes/<id>/events.jsonl (fd may be -1: opens

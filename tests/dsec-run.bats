@@ -631,13 +631,15 @@ EOF
   [ -z "$stderr" ]
   sb_gone "$id"
   # caught while it removes (when it is that slow): /dev/null on 0-2, and
-  # nothing else but the directories it removes
+  # nothing else but the directories it removes and the supervisor whose
+  # exit it waits for (a pidfd)
   for pid in $(grep -lx dsec-rm /proc/[0-9]*/comm 2>/dev/null | cut -d/ -f3); do
     grep -qzx "DSEC_ROOT=$DSEC_ROOT" "/proc/$pid/environ" 2>/dev/null || continue
     for fd in /proc/"$pid"/fd/*; do
       case ${fd##*/} in
         0 | 1 | 2) [ "$(readlink "$fd")" = /dev/null ] || [ ! -e "$fd" ] ;;
-        *) [[ $(readlink "$fd") == */removing/"$id".tmp-* ]] || [ ! -e "$fd" ] ;;
+        *) [[ $(readlink "$fd") == */removing/"$id".tmp-* ||
+          $(readlink "$fd") == "anon_inode:[pidfd]" ]] || [ ! -e "$fd" ] ;;
       esac
     done
   done
@@ -675,6 +677,42 @@ EOF
   run -0 --separate-stderr dsec-run rm "$a" "$b"
   sb_gone "$a"
   sb_gone "$b"
+}
+
+@test "rm's shutdown is answered \"stopped\" once the sandbox's processes and cgroups are gone" {
+  local id sock cgs pid
+  id=$(sb_create)
+  # a process the exec leaves behind, in the sandbox's cgroups
+  run -0 --separate-stderr dsec-run exec "$id" -- sh -c 'sleep 1000 >/dev/null 2>&1 &'
+  cgs=$(dsec-run inspect "$id" | jq -r '.cgroup[].path')
+  [ -n "$cgs" ]
+  pid=$(cat "$(head -n 1 <<<"$cgs")/cgroup.procs" | while read -r p; do
+    [ "$(cat "/proc/$p/comm" 2>/dev/null)" = sleep ] && echo "$p"; done)
+  [ -n "$pid" ]
+  sock=$(dsec-run inspect "$id" | jq -r .socket)
+  # each answer as it comes, with what is left of the sandbox at that
+  # moment; then the end of the connection (the supervisor's exit)
+  run -0 --separate-stderr python3 -c '
+import json, os, socket, sys
+sock, pid, cgs = sys.argv[1], sys.argv[2], sys.argv[3].split()
+s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+s.connect(sock)
+s.sendall(b"{\"op\":\"shutdown\",\"remove\":true}\n")
+f = s.makefile("rb")
+for line in f:
+    rec = json.loads(line)
+    rec["left"] = [p for p in cgs if os.path.exists(p)]
+    rec["alive"] = os.path.exists("/proc/" + pid)
+    print(json.dumps(rec), flush=True)
+print(json.dumps({"type": "eof"}))
+' "$sock" "$pid" "$cgs"
+  [ "${#lines[@]}" -eq 3 ]
+  jq -e '.type == "stopping"' <<<"${lines[0]}"
+  jq -e --arg id "$id" '.type == "stopped" and .id == $id and .left == [] and
+    .alive == false' <<<"${lines[1]}"
+  jq -e '.type == "eof"' <<<"${lines[2]}"
+  run -0 --separate-stderr dsec-run rm "$id"
+  sb_gone "$id"
 }
 
 @test "run --attach prints the raw output and passes the status" {
