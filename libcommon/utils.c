@@ -86,12 +86,14 @@ char *dsec_time_rfc3339(void)
 {
   struct timespec ts;
   struct tm tm;
-  char buf[32];
 
   clock_gettime(CLOCK_REALTIME, &ts);
   gmtime_r(&ts.tv_sec, &tm);
-  strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%S", &tm);
-  return xasprintf("%s.%03ldZ", buf, ts.tv_nsec / 1000000);
+  /* not strftime: it reads the time zone (/etc/localtime) first, in
+   * every process that writes a record */
+  return xasprintf("%04d-%02d-%02dT%02d:%02d:%02d.%03ldZ", tm.tm_year + 1900,
+                   tm.tm_mon + 1, tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec,
+                   ts.tv_nsec / 1000000);
 }
 
 double dsec_now_ms(void)

@@ -1,9 +1,13 @@
-/* Unit tests for libcommon/utils.h's arithmetic: durations to a tenth of
- * a millisecond (dsec_ms1) and timeouts rounded up (dsec_ceil_int), which
- * stand in for libm's round and ceil so that dsec-run loads no libm. */
+/* Unit tests for libcommon/utils.h: durations to a tenth of a millisecond
+ * (dsec_ms1) and timeouts rounded up (dsec_ceil_int), which stand in for
+ * libm's round and ceil so that dsec-run loads no libm, and record times
+ * (dsec_time_rfc3339, UTC without reading the time zone). */
 #include <config.h>
 
 #include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
 
 #include "tap.h"
 #include "utils.h"
@@ -52,9 +56,27 @@ static void test_ceil_int(void)
   }
 }
 
+static void test_rfc3339(void)
+{
+  char *t = dsec_time_rfc3339();
+  struct tm tm = { 0 };
+  const char *rest;
+  time_t now = time(NULL), then;
+
+  is_int((int) strlen(t), 24, "YYYY-MM-DDTHH:MM:SS.mmmZ is 24 characters");
+  rest = strptime(t, "%Y-%m-%dT%H:%M:%S", &tm);
+  ok(rest && rest[0] == '.' && rest[1] >= '0' && rest[1] <= '9' &&
+       rest[4] == 'Z' && rest[5] == 0,
+     "date, time, milliseconds and Z: %s", t);
+  then = timegm(&tm);
+  ok(then >= now - 2 && then <= now + 2, "UTC, now (%s)", t);
+  free(t);
+}
+
 int main(void)
 {
   test_ms1();
   test_ceil_int();
+  test_rfc3339();
   return done_testing();
 }
