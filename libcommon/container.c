@@ -186,6 +186,7 @@ static json_t *msg_recv(int sock, char *buf, size_t cap, int *fds, int *nfds)
 struct init_ctx {
   int sock;
   bool fncall;
+  bool sys_shared; /* /sys is the host's shared sysfs, attached already */
   struct dsec_bpf filter;        /* denials go to a listener (audited) */
   struct dsec_bpf filter_plain;  /* denials fail at once (no listener) */
   int last_cap;
@@ -476,10 +477,13 @@ static void init_setup(struct init_ctx *c, json_t *spec)
   if (mount_in_root("proc", "proc", MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV |
                                         MOUNT_ATTR_NOEXEC) < 0)
     die_init(c->sock, "cannot mount /proc");
-  /* a world's service is in the agent's network namespace, which is not
-   * its user namespace's: the kernel ties sysfs to the network namespace
-   * and refuses it one; it gets an empty read-only /sys */
-  if (mount_in_root(json_object_get(spec, "world") ? "tmpfs" : "sysfs", "sys",
+  /* /sys: the host's shared sysfs, which the supervisor attached, or one
+   * of our own.  A world's service is in the agent's network namespace,
+   * which is not its user namespace's: the kernel ties sysfs to the
+   * network namespace and refuses it one; it then gets an empty
+   * read-only /sys */
+  if (!c->sys_shared &&
+      mount_in_root(json_object_get(spec, "world") ? "tmpfs" : "sysfs", "sys",
                     MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV |
                       MOUNT_ATTR_NOEXEC) < 0)
     die_init(c->sock, "cannot mount /sys");
@@ -1247,6 +1251,7 @@ struct stage1_args {
                   * 0: the supervisor made it (rootless) */
   int netns_fd;  /* a world's service: its world's network namespace (the
                   * agent's), joined instead of a new one; else -1 */
+  bool sys_shared; /* the supervisor attaches the shared sysfs at /sys */
   int cg_fds[DSEC_CG_N]; /* the sandbox's cgroups, which stage1 moves
                           * itself into (dsec_cgroup_join); -1: none */
 };
@@ -1324,7 +1329,8 @@ static int suid_dumpable(void)
 
 _Noreturn static void run_init(struct stage1_args *a)
 {
-  struct init_ctx c = { .sock = a->sock, .fncall = a->fncall };
+  struct init_ctx c = { .sock = a->sock, .fncall = a->fncall,
+                        .sys_shared = a->sys_shared };
   _cleanup_error_ struct dsec_error *err = NULL;
   json_t *ready;
 
@@ -1509,6 +1515,8 @@ struct sup {
   bool rootless;        /* not root: a user namespace of our own, no idmaps */
   int proxy_lfd;        /* proxy mode: the sandbox's 127.0.0.1:3128 */
   int fan_fd;           /* fanotify on the mask files, or -1 */
+  int sysfs_fd;         /* the host's shared sysfs, a clone to attach at
+                         * the root's /sys, or -1: init mounts its own */
   struct file_handle **mask_fh; /* each masked_paths entry's file, or NULL */
   char *audit_off;      /* why opens of masked files are not recorded */
   json_t *landlock;     /* what Landlock enforces (init's report), or NULL */
@@ -2504,6 +2512,46 @@ static int make_dev(struct sup *s, struct dsec_error **err)
   return 0;
 }
 
+/* The host's shared sysfs (layermount.h) at the root's /sys (ours,
+ * whatever the image put there), where init finds it after pivot_root:
+ * read-only, nosuid, nodev, noexec, and locked so in the sandbox's user
+ * namespace as /dev is.  Nothing to do without one (init mounts its own). */
+static int attach_sys(struct sup *s, struct dsec_error **err)
+{
+  _cleanup_free_ char *root = xasprintf("%s/rootfs", s->e->run);
+  _cleanup_close_ int rfd = -1;
+  _cleanup_close_ int sys = -1;
+  _cleanup_close_ int t = s->sysfs_fd;
+  struct mount_attr attr = { .attr_set = MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID |
+                                         MOUNT_ATTR_NODEV | MOUNT_ATTR_NOEXEC };
+  struct open_how how = { .flags = O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC,
+                          .resolve = RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS |
+                                     RESOLVE_NO_XDEV };
+
+  s->sysfs_fd = -1;
+  if (t < 0)
+    return 0;
+  rfd = open(root, O_PATH | O_DIRECTORY | O_CLOEXEC);
+  if (rfd < 0)
+    return dsec_fail(err, errno, "cannot open %s", root);
+  /* not where a link of the image points */
+  sys = (int) syscall(SYS_openat2, rfd, "sys", &how, sizeof how);
+  if (sys < 0 && errno == ENOENT)
+    sys = open_in_root(rfd, "/sys", true, s->base, err);
+  else if (sys < 0 && (errno == ELOOP || errno == ENOTDIR))
+    return dsec_bad_input(err, "the image's /sys is not a directory (%s)",
+                          strerror(errno));
+  else if (sys < 0)
+    return dsec_fail(err, errno, "cannot open the image's /sys");
+  if (sys < 0)
+    return -1;
+  if (syscall(SYS_mount_setattr, t, "", AT_EMPTY_PATH, &attr, sizeof attr) < 0 ||
+      syscall(SYS_move_mount, t, "", sys, "",
+              MOVE_MOUNT_F_EMPTY_PATH | MOVE_MOUNT_T_EMPTY_PATH) < 0)
+    return dsec_fail(err, errno, "cannot attach the shared sysfs at /sys");
+  return 0;
+}
+
 /* Which masked path an event's file handle names, or NULL. */
 static const char *mask_of_event(struct sup *s,
                                  const struct fanotify_event_metadata *m)
@@ -3268,6 +3316,7 @@ static int start_stage1(struct sup *s, json_t *spec, struct dsec_error **err)
   a.rootfd = -1;
   a.spec = spec;
   a.fncall = s->fncall;
+  a.sys_shared = s->sysfs_fd >= 0;
   a.owner = s->rootless ? 0 : s->base;
   a.netns_fd = -1;
   for (int c = 0; c < DSEC_CG_N; c++)
@@ -3455,7 +3504,8 @@ static json_t *state_fields(struct sup *s)
 static void layer_fields(json_t *f, json_t *env)
 {
   static const char *const keys[] = { "layer_format", "erofs_unavailable",
-                                      "erofs_backing" };
+                                      "erofs_backing", "sysfs",
+                                      "sysfs_unshared" };
   for (size_t i = 0; i < ARRAY_SIZE(keys); i++)
     if (json_object_get(env, keys[i]))
       json_object_set(f, keys[i], json_object_get(env, keys[i]));
@@ -3472,6 +3522,9 @@ _Noreturn void dsec_supervisor_main(struct dsec_container_opts *o)
   mallopt(M_ARENA_MAX, 1);
   s->e = e;
   s->isock = s->proxy_lfd = s->fan_fd = -1;
+  /* the creator's clone of the host's shared sysfs, in the slot after the
+   * layers' */
+  s->sysfs_fd = o->layer_fds ? o->layer_fds[o->n_layers] : -1;
   s->msgbuf = xmalloc(MSG_MAX);
   s->rootless = geteuid() != 0;
   dsec_engine_init(e, o, &container_ops, s);
@@ -3488,7 +3541,8 @@ _Noreturn void dsec_supervisor_main(struct dsec_container_opts *o)
     dsec_engine_fail(e, err);
   /* /dev, with an empty file of its own for each masked file, whose
    * opens are recorded */
-  if (make_dev(s, &err) < 0 || start_init(s, &err) < 0)
+  if (make_dev(s, &err) < 0 || attach_sys(s, &err) < 0 ||
+      start_init(s, &err) < 0)
     dsec_engine_fail(e, err);
   /* init is in its network namespace; in proxy mode its port's listening
    * socket is ours */

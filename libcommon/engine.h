@@ -48,7 +48,9 @@ struct dsec_container_opts {
                         * bottom to top */
   size_t n_layers;
   /* container, fncall: the layers' EROFS images as detached mounts
-   * (layermount.h), n_layers of them, or NULL: layers are directories */
+   * (layermount.h), n_layers of them (-1: that layer is a directory),
+   * then the host's shared sysfs (-1: the sandbox mounts its own); or
+   * NULL */
   int *layer_fds;
   int ready_fd;        /* the supervisor writes one JSON line here */
   /* microvm and vm */

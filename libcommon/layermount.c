@@ -162,21 +162,39 @@ static int mount_layer(int ldfd, const char *ldir, const char *digest,
   return ret;
 }
 
-int dsec_layer_mount_clone(const char *digest, const char *image,
-                           const char **backing, struct dsec_error **err)
+/* What mounts a host mount under run/layers/<name> (its exclusive lock
+ * held): a layer's image, or the shared sysfs. */
+struct host_mount {
+  const char *name; /* the directory under run/layers */
+  const char *what; /* for messages: "layer sha256:..." */
+  int (*mount)(int ldfd, const char *ldir, const struct host_mount *h,
+               struct dsec_error **err);
+  const char *digest, *image; /* a layer's */
+};
+
+static int mount_layer_at(int ldfd, const char *ldir,
+                          const struct host_mount *h, struct dsec_error **err)
+{
+  if (mount_layer(ldfd, ldir, h->digest, h->image, err) < 0)
+    return dsec_error_wrap(err, "layer %s", h->digest);
+  return 0;
+}
+
+/* A detached clone of run/layers/<h->name>/mnt, mounted first (h->mount)
+ * if it is not; *ldfd_out (optional) gets the directory. */
+static int host_mount_clone(const struct host_mount *h, int *ldfd_out,
+                            struct dsec_error **err)
 {
   _cleanup_free_ char *run = dsec_run_dir();
   _cleanup_free_ char *ldir = NULL;
-  _cleanup_free_ char *mnt = NULL;
   _cleanup_close_ int lfd = -1;
   _cleanup_close_ int ldfd = -1;
   _cleanup_close_ int lock = -1;
   _cleanup_close_ int bind = -1;
-  const char *hex = dsec_digest_hex(digest);
   int t;
 
   if (geteuid() != 0)
-    return dsec_fail(err, EPERM, "mounting erofs needs root");
+    return dsec_fail(err, EPERM, "mounting %s needs root", h->what);
   {
     _cleanup_free_ char *dir = xasprintf("%s/layers", run);
     if (dsec_private_dir(run, err) < 0 || dsec_private_dir(dir, err) < 0)
@@ -189,11 +207,10 @@ int dsec_layer_mount_clone(const char *digest, const char *image,
     if (lfd < 0)
       return dsec_fail(err, errno, "cannot open %s", dir);
   }
-  ldir = xasprintf("%s/layers/%s", run, hex);
-  mnt = xasprintf("%s/mnt", ldir);
-  if (mkdirat(lfd, hex, 0700) < 0 && errno != EEXIST)
+  ldir = xasprintf("%s/layers/%s", run, h->name);
+  if (mkdirat(lfd, h->name, 0700) < 0 && errno != EEXIST)
     return dsec_fail(err, errno, "cannot create %s", ldir);
-  ldfd = openat(lfd, hex, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+  ldfd = openat(lfd, h->name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
   if (ldfd < 0)
     return dsec_fail(err, errno, "cannot open %s", ldir);
   /* shared: many sandboxes clone the mount at once; the reaper unmounts
@@ -206,21 +223,33 @@ int dsec_layer_mount_clone(const char *digest, const char *image,
     /* the first user mounts it (flock converts in place); a reaper may
      * unmount it between our locks: then again, once */
     if (tries == 2)
-      return dsec_fail(err, EAGAIN, "the mount of layer %s keeps going",
-                       digest);
+      return dsec_fail(err, EAGAIN, "the mount of %s keeps going", h->what);
     if (flock(lock, LOCK_EX) < 0)
       return dsec_fail(err, errno, "cannot lock %s", ldir);
-    if (!mount_root(ldfd, "mnt") &&
-        mount_layer(ldfd, ldir, digest, image, err) < 0)
-      return dsec_error_wrap(err, "layer %s", digest);
+    if (!mount_root(ldfd, "mnt") && h->mount(ldfd, ldir, h, err) < 0)
+      return -1;
     if (flock(lock, LOCK_SH) < 0)
       return dsec_fail(err, errno, "cannot lock %s", ldir);
   }
   t = (int) syscall(SYS_open_tree, ldfd, "mnt",
                     OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC);
   if (t < 0)
-    return dsec_fail(err, errno, "cannot clone the mount of layer %s", digest);
-  if (backing) {
+    return dsec_fail(err, errno, "cannot clone the mount of %s", h->what);
+  if (ldfd_out)
+    *ldfd_out = dsec_steal_fd(&ldfd);
+  return t;
+}
+
+int dsec_layer_mount_clone(const char *digest, const char *image,
+                           const char **backing, struct dsec_error **err)
+{
+  _cleanup_free_ char *what = xasprintf("layer %s", digest);
+  _cleanup_close_ int ldfd = -1;
+  struct host_mount h = { dsec_digest_hex(digest), what, mount_layer_at,
+                          digest, image };
+  int t = host_mount_clone(&h, &ldfd, err);
+
+  if (t >= 0 && backing) {
     _cleanup_free_ char *buf = dsec_read_file_at(ldfd, "mount.json", 65536,
                                                  NULL, NULL);
     _cleanup_json_ json_t *j = buf ? json_loads(buf, 0, NULL) : NULL;
@@ -228,6 +257,70 @@ int dsec_layer_mount_clone(const char *digest, const char *image,
     *backing = b && strcmp(b, "loop") == 0 ? "loop" : "file";
   }
   return t;
+}
+
+/* Mounts a sysfs at ldfd/mnt from a network namespace of its own that
+ * nothing else joins (a child makes both; the mount keeps the namespace):
+ * read-only, nosuid, nodev, noexec. */
+static int mount_sysfs(int ldfd, const char *ldir, const struct host_mount *h,
+                       struct dsec_error **err)
+{
+  _cleanup_free_ char *mnt = xasprintf("%s/mnt", ldir);
+  _cleanup_free_ char *now = dsec_time_rfc3339();
+  _cleanup_free_ char *text = NULL;
+  int status, ret;
+  pid_t pid;
+  json_t *rec;
+
+  (void) h;
+  if (mkdirat(ldfd, "mnt", 0700) < 0 && errno != EEXIST)
+    return dsec_fail(err, errno, "cannot create %s", mnt);
+  pid = fork();
+  if (pid < 0)
+    return dsec_fail(err, errno, "fork");
+  if (pid == 0) {
+    int fs, m = -1;
+    if (unshare(CLONE_NEWNET) < 0)
+      _exit(errno & 0xff);
+    fs = (int) syscall(SYS_fsopen, "sysfs", FSOPEN_CLOEXEC);
+    if (fs < 0 ||
+        syscall(SYS_fsconfig, fs, FSCONFIG_CMD_CREATE, NULL, NULL, 0) < 0 ||
+        (m = (int) syscall(SYS_fsmount, fs, FSMOUNT_CLOEXEC,
+                           MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID |
+                             MOUNT_ATTR_NODEV | MOUNT_ATTR_NOEXEC)) < 0 ||
+        syscall(SYS_move_mount, m, "", ldfd, "mnt", MOVE_MOUNT_F_EMPTY_PATH) < 0)
+      _exit(errno & 0xff);
+    _exit(0);
+  }
+  while (waitpid(pid, &status, 0) < 0)
+    if (errno != EINTR)
+      return dsec_fail(err, errno, "waitpid");
+  if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
+    return dsec_fail(err, WIFEXITED(status) ? WEXITSTATUS(status) : 0,
+                     "cannot mount a sysfs of its own network namespace "
+                     "at %s", mnt);
+  rec = json_pack("{s:s, s:s, s:s}", "type", "sysfs", "path", mnt, "mounted",
+                  now);
+  text = json_dumps(rec, JSON_COMPACT);
+  json_decref(rec);
+  ret = dsec_write_file_replace(ldfd, "mount.json", text, strlen(text), 0600,
+                                err);
+  if (ret < 0)
+    umount2(mnt, MNT_DETACH);
+  return ret;
+}
+
+int dsec_sysfs_mount_clone(struct dsec_error **err)
+{
+  struct host_mount h = { DSEC_SYSFS_DIR, "the shared sysfs", mount_sysfs,
+                          NULL, NULL };
+  return host_mount_clone(&h, NULL, err);
+}
+
+bool dsec_sysfs_mounted(const char *run)
+{
+  _cleanup_free_ char *mnt = xasprintf("%s/layers/" DSEC_SYSFS_DIR "/mnt", run);
+  return mount_root(AT_FDCWD, mnt);
 }
 
 void dsec_layer_mounts_detach(const char *run)
@@ -335,7 +428,9 @@ int dsec_layer_unbind(const char *run, struct dsec_error **err)
   d = opendir(dir);
   while (d && (de = readdir(d))) {
     _cleanup_free_ char *f = xasprintf("%s/mnt", de->d_name);
-    if (strlen(de->d_name) == DSEC_SHA256_HEX_LEN && mount_root(dirfd(d), f))
+    if ((strlen(de->d_name) == DSEC_SHA256_HEX_LEN ||
+         strcmp(de->d_name, DSEC_SYSFS_DIR) == 0) &&
+        mount_root(dirfd(d), f))
       return 0;
   }
   if (umount2(dir, MNT_DETACH | UMOUNT_NOFOLLOW) < 0 && errno != EINVAL)

@@ -34,6 +34,20 @@
 int dsec_layer_mount_clone(const char *digest, const char *image,
                            const char **backing, struct dsec_error **err);
 
+/* The sysfs that container and fncall sandboxes show at /sys, mounted
+ * once per host like a layer, at $DSEC_RUN/layers/sysfs/mnt: from a
+ * network namespace of its own that nothing joins (only its loopback
+ * shows under class/net), read-only.  One superblock for every sandbox
+ * instead of one each: each superblock takes a shrinker id, and every
+ * memory cgroup on the host keeps 1 KiB per 64 of the most ids ever used,
+ * so a file system per sandbox costs memory that grows with the square of
+ * the density.  A detached clone (new fd), mounted first if it is not;
+ * dsec-reap unmounts it (dsec_layer_unmount with DSEC_SYSFS_DIR) when no
+ * sandbox is left. */
+#define DSEC_SYSFS_DIR "sysfs"
+int dsec_sysfs_mount_clone(struct dsec_error **err);
+bool dsec_sysfs_mounted(const char *run);
+
 /* In a supervisor's own mount namespace, once its layers are attached:
  * drops its copy of every host layer mount (they would keep those file
  * systems, and their loop devices, alive as long as the sandbox). */
@@ -43,8 +57,9 @@ void dsec_layer_mounts_detach(const char *run);
  * {"digest", "path", "image", "backing", "device", "mounted"} (new). */
 json_t *dsec_layer_mounts_list(const char *run);
 
-/* Unmounts the host mount of the layer hex (64 hex digits) under run,
- * unless someone holds its lock (then *busy, and nothing is done).
+/* Unmounts the host mount of the layer hex (64 hex digits, or
+ * DSEC_SYSFS_DIR) under run, unless someone holds its lock (then *busy,
+ * and nothing is done).
  * Sandboxes running from it keep their clones; a loop device under it
  * detaches itself once the last of them goes. */
 int dsec_layer_unmount(const char *run, const char *hex, bool *busy,

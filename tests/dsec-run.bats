@@ -715,6 +715,43 @@ print(json.dumps({"type": "eof"}))
   sb_gone "$id"
 }
 
+@test "/sys: one read-only sysfs for every sandbox of the host, with no interface; dsec-reap unmounts it after the last one" {
+  local a b da db
+  a=$(sb_create)
+  b=$(sb_create)
+  run -0 --separate-stderr dsec-run inspect "$a"
+  jq_ok '.sysfs == "shared" and .environment.sysfs == "shared" and
+    (has("sysfs_unshared") | not)'
+  mountpoint -q "$DSEC_RUN/layers/sysfs/mnt"
+  for id in "$a" "$b"; do
+    run -0 --separate-stderr dsec-run exec "$id" -- sh -c \
+      'stat -c %d /sys; ls -A /sys/class/net | wc -l; ls /sys/devices/system/cpu | grep -c "^cpu[0-9]"; ls -A /sys/firmware | wc -l; touch /sys/x 2>&1 || echo refused'
+    mapfile -t lines < <(jq -r .stdout <<<"$output")
+    [ "${lines[1]}" = 0 ]   # no interface
+    [ "${lines[2]}" -ge 1 ] # the host's devices
+    [ "${lines[3]}" = 0 ]   # masks as before
+    [[ ${lines[4]} == *Read-only* ]]
+    [ "${lines[5]}" = refused ]
+    if [ "$id" = "$a" ]; then da=${lines[0]}; else db=${lines[0]}; fi
+  done
+  # one file system for both, not the host's
+  [ "$da" = "$db" ]
+  [ "$da" != "$(stat -c %d /sys)" ]
+  # it stays while a sandbox is left
+  dsec-run rm "$a" >/dev/null
+  run -0 --separate-stderr dsec-reap --dry-run
+  out_jq -s 'all(.[]; .what != "sysfs_mount")'
+  dsec-run rm "$b" >/dev/null
+  run -0 --separate-stderr dsec-reap --dry-run
+  out_jq -s 'any(.[]; .what == "sysfs_mount" and .id == "sysfs" and
+    .action == "would unmount")'
+  mountpoint -q "$DSEC_RUN/layers/sysfs/mnt"
+  run -0 --separate-stderr dsec-reap
+  out_jq -s 'any(.[]; .what == "sysfs_mount" and .id == "sysfs" and
+    .action == "unmounted")'
+  [ -z "$(awk -v r="$DSEC_RUN/layers" 'index($2, r) == 1' /proc/self/mounts)" ]
+}
+
 @test "run --attach prints the raw output and passes the status" {
   run -5 --separate-stderr dsec-run run --rm --attach --image busybox:1 -- \
     sh -c 'echo raw out; echo raw err >&2; exit 5'

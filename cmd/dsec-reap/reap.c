@@ -779,6 +779,32 @@ static int reap_sandboxes(struct reap *r, struct dsec_error **err)
  * unmount never reaches them; its loop device, if any, detaches itself
  * when the last of them goes.  The bind mount of $DSEC_RUN/layers goes
  * with the last layer mount. */
+/* The host's shared sysfs (layermount.h) goes with the last sandbox of
+ * this root (used: what the sandboxes reference, none when there is
+ * none): what sysfs_mount, id "sysfs".  Sandboxes hold clones of their
+ * own; a creation taking its clone holds the lock (then the next run). */
+static int reap_sysfs_mount(struct reap *r, json_t *used,
+                            struct dsec_error **err)
+{
+  _cleanup_free_ char *mnt = NULL;
+  bool busy = false;
+
+  if (json_object_size(used) > 0 || !dsec_sysfs_mounted(r->run))
+    return 0;
+  mnt = xasprintf("%s/layers/" DSEC_SYSFS_DIR "/mnt", r->run);
+  if (!r->o->dry_run) {
+    struct dsec_error *e = NULL;
+    if (dsec_layer_unmount(r->run, DSEC_SYSFS_DIR, &busy, &e) < 0)
+      return put_failed(r, "sysfs_mount", DSEC_SYSFS_DIR, "unused", e,
+                        json_pack("{s:s}", "path", mnt), err);
+    if (busy)
+      return 0;
+  }
+  return put(r, "sysfs_mount", DSEC_SYSFS_DIR, "unused",
+             act(r, "unmounted", "would unmount"), 0,
+             json_pack("{s:s}", "path", mnt), err);
+}
+
 static int reap_layer_mounts(struct reap *r, struct dsec_error **err)
 {
   _cleanup_json_ json_t *mounts = dsec_layer_mounts_list(r->run);
@@ -787,7 +813,7 @@ static int reap_layer_mounts(struct reap *r, struct dsec_error **err)
   size_t i;
   int ret = 0;
 
-  if (json_array_size(mounts) == 0) {
+  if (json_array_size(mounts) == 0 && !dsec_sysfs_mounted(r->run)) {
     if (!r->o->dry_run && dsec_layer_unbind(r->run, err) < 0)
       return -1;
     return 0;
@@ -796,6 +822,8 @@ static int reap_layer_mounts(struct reap *r, struct dsec_error **err)
    * run has removed them by now */
   used = dsec_sandbox_references_except(r->o->dry_run ? r->doomed : NULL, err);
   if (!used)
+    return -1;
+  if (reap_sysfs_mount(r, used, err) < 0)
     return -1;
   json_array_foreach(mounts, i, m)
   {

@@ -826,6 +826,23 @@ static int container_layers(struct dsec_store *s, json_t *env, char **paths,
   return 0;
 }
 
+/* The /sys of a container or fncall sandbox: a clone of the host's
+ * shared sysfs (layermount.h) in *fd, or -1 where there is none (rootless,
+ * or it cannot be mounted): the sandbox then mounts its own.  env says
+ * which ("sysfs": "shared" or "own", and why in "sysfs_unshared"). */
+static void container_sysfs(json_t *env, int *fd)
+{
+  _cleanup_error_ struct dsec_error *e = NULL;
+
+  *fd = dsec_sysfs_mount_clone(&e);
+  json_object_set_new(env, "sysfs", json_string(*fd >= 0 ? "shared" : "own"));
+  if (*fd < 0) {
+    json_object_set_new(env, "sysfs_unshared",
+                        json_string(e && e->msg ? e->msg : "sysfs"));
+    dsec_debug("a sysfs of the sandbox's own: %s", e ? e->msg : "");
+  }
+}
+
 /* Creates the sandbox; *id gets its id. */
 /* ---- warm pools
  *
@@ -1073,6 +1090,7 @@ static int create_sandbox(json_t *spec_in, const char *reuse_id,
         layer_fds[i] = -1;
       if (container_layers(store, env, layers, layer_fds, err) < 0)
         goto out;
+      container_sysfs(env, &layer_fds[n_layers]);
     } else
       json_array_foreach(json_object_get(env, "layers"), i, l)
       {
@@ -1133,22 +1151,23 @@ static int create_sandbox(json_t *spec_in, const char *reuse_id,
      * of other requests open): the ready pipe becomes fd 3, the rest go */
     if (dup2(pfd[1], 3) < 0)
       _exit(1);
-    /* and the layers' mounts 4, 5, ... (first out of that range) */
-    for (size_t i = 0; layer_fds && i < n_layers; i++)
+    /* and the layers' mounts 4, 5, ..., then the sysfs's (first out of
+     * that range) */
+    for (size_t i = 0; layer_fds && i <= n_layers; i++)
       if (layer_fds[i] >= 0 &&
           (layer_fds[i] = fcntl(layer_fds[i], F_DUPFD_CLOEXEC,
-                                4 + (int) n_layers)) < 0)
+                                5 + (int) n_layers)) < 0)
         _exit(1);
-    for (size_t i = 0; layer_fds && i < n_layers; i++)
+    for (size_t i = 0; layer_fds && i <= n_layers; i++)
       if (layer_fds[i] >= 0 &&
           (layer_fds[i] = dup3(layer_fds[i], 4 + (int) i, O_CLOEXEC)) < 0)
         _exit(1);
-    syscall(SYS_close_range, 4U + (unsigned) (layer_fds ? n_layers : 0), ~0U,
-            0U);
-    /* the slots of layers that came as directories (no mount) held the
-     * creator's descriptors: a pipe of serve's kept open there would
-     * never see its end */
-    for (size_t i = 0; layer_fds && i < n_layers; i++)
+    syscall(SYS_close_range, 4U + (unsigned) (layer_fds ? n_layers + 1 : 0),
+            ~0U, 0U);
+    /* the slots of layers that came as directories (no mount), or of no
+     * sysfs, held the creator's descriptors: a pipe of serve's kept open
+     * there would never see its end */
+    for (size_t i = 0; layer_fds && i <= n_layers; i++)
       if (layer_fds[i] < 0)
         close(4 + (int) i);
     co.ready_fd = 3;
@@ -1347,7 +1366,7 @@ out:
   for (size_t i = 0; layers && i < n_layers; i++)
     free(layers[i]);
   free(layers);
-  for (size_t i = 0; layer_fds && i < n_layers; i++)
+  for (size_t i = 0; layer_fds && i <= n_layers; i++)
     if (layer_fds[i] >= 0)
       close(layer_fds[i]);
   free(layer_fds);
