@@ -2512,10 +2512,13 @@ static int make_dev(struct sup *s, struct dsec_error **err)
   return 0;
 }
 
-/* The host's shared sysfs (layermount.h) at the root's /sys (ours,
- * whatever the image put there), where init finds it after pivot_root:
- * read-only, nosuid, nodev, noexec, and locked so in the sandbox's user
- * namespace as /dev is.  Nothing to do without one (init mounts its own). */
+/* The host's shared sysfs (layermount.h) at the root's /sys, where init
+ * finds it after pivot_root: read-only, nosuid, nodev, noexec, and locked
+ * so in the sandbox's user namespace as /dev is.  /sys is resolved inside
+ * the root (an image's link to a directory of its own is followed there,
+ * as init's own mount did; the masks are resolved the same way), made
+ * when the image has none.  Nothing to do without one (init mounts its
+ * own). */
 static int attach_sys(struct sup *s, struct dsec_error **err)
 {
   _cleanup_free_ char *root = xasprintf("%s/rootfs", s->e->run);
@@ -2524,9 +2527,6 @@ static int attach_sys(struct sup *s, struct dsec_error **err)
   _cleanup_close_ int t = s->sysfs_fd;
   struct mount_attr attr = { .attr_set = MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID |
                                          MOUNT_ATTR_NODEV | MOUNT_ATTR_NOEXEC };
-  struct open_how how = { .flags = O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC,
-                          .resolve = RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS |
-                                     RESOLVE_NO_XDEV };
 
   s->sysfs_fd = -1;
   if (t < 0)
@@ -2534,15 +2534,7 @@ static int attach_sys(struct sup *s, struct dsec_error **err)
   rfd = open(root, O_PATH | O_DIRECTORY | O_CLOEXEC);
   if (rfd < 0)
     return dsec_fail(err, errno, "cannot open %s", root);
-  /* not where a link of the image points */
-  sys = (int) syscall(SYS_openat2, rfd, "sys", &how, sizeof how);
-  if (sys < 0 && errno == ENOENT)
-    sys = open_in_root(rfd, "/sys", true, s->base, err);
-  else if (sys < 0 && (errno == ELOOP || errno == ENOTDIR))
-    return dsec_bad_input(err, "the image's /sys is not a directory (%s)",
-                          strerror(errno));
-  else if (sys < 0)
-    return dsec_fail(err, errno, "cannot open the image's /sys");
+  sys = open_in_root(rfd, "/sys", true, s->base, err);
   if (sys < 0)
     return -1;
   if (syscall(SYS_mount_setattr, t, "", AT_EMPTY_PATH, &attr, sizeof attr) < 0 ||

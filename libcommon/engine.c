@@ -2365,8 +2365,12 @@ _Noreturn void dsec_engine_end(struct dsec_engine *e, const char *state,
     e->ops->freeze(e, false, NULL);
   if (e->ops->stop)
     e->ops->stop(e);
-  if (e->cg && dsec_cgroup_destroy(e->cg, &err) < 0)
+  if (e->cg && dsec_cgroup_destroy(e->cg, &err) < 0) {
     dsec_warn("%s", err->msg);
+    /* not "stopped": rm then waits for our exit and destroys what is
+     * left itself, or says why it cannot */
+    e->ender = NULL;
+  }
   /* answer whoever still waits */
   for (size_t i = 0; i < e->njobs; i++)
     reply_error(e->jobs[i]->cl, cause ? cause : state, DSEC_EXIT_INTERNAL);
@@ -2394,7 +2398,7 @@ _Noreturn void dsec_engine_end(struct dsec_engine *e, const char *state,
   if (!e->removing)
     fsync(e->events_fd);
   /* rm learns that the end is done: the sandbox's processes and cgroups
-   * are gone.  What is left is our own exit (our mount namespace, the
+   * are gone (else it is not told, above).  What is left is our own exit (our mount namespace, the
    * fanotify group's release), which it need not wait for: so no
    * after_end either, whose point is to spare a waiter that release. */
   if (e->ender) {

@@ -260,8 +260,9 @@ int dsec_layer_mount_clone(const char *digest, const char *image,
 }
 
 /* Mounts a sysfs at ldfd/mnt from a network namespace of its own that
- * nothing else joins (a child makes both; the mount keeps the namespace):
- * read-only, nosuid, nodev, noexec. */
+ * nothing else joins (a child makes both; the namespace ends with the
+ * child, the mount only keeps its tag, so no interface shows): read-only,
+ * nosuid, nodev, noexec. */
 static int mount_sysfs(int ldfd, const char *ldir, const struct host_mount *h,
                        struct dsec_error **err)
 {

@@ -36,8 +36,9 @@ int dsec_layer_mount_clone(const char *digest, const char *image,
 
 /* The sysfs that container and fncall sandboxes show at /sys, mounted
  * once per host like a layer, at $DSEC_RUN/layers/sysfs/mnt: from a
- * network namespace of its own that nothing joins (only its loopback
- * shows under class/net), read-only.  One superblock for every sandbox
+ * network namespace of its own that nothing joins, read-only.  The mount
+ * holds only a passive reference to that namespace, which goes with the
+ * child that made it, and its loopback with it: class/net lists nothing.  One superblock for every sandbox
  * instead of one each: each superblock takes a shrinker id, and every
  * memory cgroup on the host keeps 1 KiB per 64 of the most ids ever used,
  * so a file system per sandbox costs memory that grows with the square of

@@ -617,14 +617,13 @@ static void note_hot_sets(const char *dir)
   }
 }
 
-/* Asks the supervisor of id to shut down for rm ("remove": it need not
- * record its end, its files go next), and waits (5 s at most) until it
- * says it stopped: true when it did.  False when it cannot be asked, or
- * ends without saying so (killed, or a build that does not): its exit is
- * then waited for. */
-#define STOPPED_MAX_MS 5000
-
-static bool ask_shutdown(const char *id)
+/* Asks the supervisor of id (pfd: its pidfd) to shut down for rm
+ * ("remove": it need not record its end, its files go next), and waits
+ * until it says it stopped, until it exits, or until the deadline (ms of
+ * the monotonic clock): true when it said so.  False when it cannot be
+ * asked or ends without saying so (killed, a build that does not, its
+ * cgroups not removed): its exit is then waited for. */
+static bool ask_shutdown(const char *id, int pfd, double deadline)
 {
   struct dsec_conn *c = NULL;
   _cleanup_error_ struct dsec_error *e = NULL;
@@ -637,10 +636,21 @@ static bool ask_shutdown(const char *id)
   r = dsec_conn_call(c, req, &e);
   json_decref(req);
   if (r && !json_object_get(r, "error")) {
-    struct pollfd p = { dsec_conn_fd(c), POLLIN, 0 };
     json_decref(r);
     r = NULL;
-    if (dsec_conn_pending(c) || poll(&p, 1, STOPPED_MAX_MS) > 0)
+    while (!dsec_conn_pending(c)) {
+      /* its answer, or its end (the connection closes then too) */
+      struct pollfd p[2] = { { dsec_conn_fd(c), POLLIN, 0 }, { pfd, POLLIN, 0 } };
+      double left = deadline - dsec_now_ms();
+      int n = left > 0 ? poll(p, 2, dsec_ceil_int(left)) : 0;
+      if (n < 0 && errno == EINTR)
+        continue;
+      if (n <= 0 || p[0].revents)
+        break;
+      if (p[1].revents)
+        break; /* exited without a word */
+    }
+    if (dsec_conn_pending(c) || poll(&(struct pollfd){ dsec_conn_fd(c), POLLIN, 0 }, 1, 0) > 0)
       r = dsec_conn_recv(c, &e);
     told = r && json_is_string(json_object_get(r, "type")) &&
            strcmp(json_string_value(json_object_get(r, "type")), "stopped") == 0;
@@ -656,6 +666,8 @@ int dsec_sandbox_stop(const char *id, bool force, struct dsec_error **err)
   _cleanup_json_ json_t *spec = NULL;
   _cleanup_free_ char *dir = dsec_sandbox_dir(id);
   _cleanup_close_ int pfd = -1;
+  /* a supervisor gets 5 s to stop (10 s with force) before SIGKILL */
+  double deadline = dsec_now_ms() + (force ? 10000 : 5000);
   const char *state;
   bool told = false;
   pid_t sup;
@@ -671,9 +683,10 @@ int dsec_sandbox_stop(const char *id, bool force, struct dsec_error **err)
     pfd = (int) syscall(SYS_pidfd_open, sup, 0);
     if (pfd >= 0 && !dsec_process_alive(sup, start))
       close(dsec_steal_fd(&pfd));
-    if (!force && state && (strcmp(state, "running") == 0 ||
-                            strcmp(state, "suspended") == 0))
-      told = ask_shutdown(id);
+    /* told only with its pidfd: the directories go once it has exited */
+    if (!force && pfd >= 0 && state &&
+        (strcmp(state, "running") == 0 || strcmp(state, "suspended") == 0))
+      told = ask_shutdown(id, pfd, deadline);
   }
   /* unless it said it stopped: wait for its exit (5 s at most before
    * SIGKILL), then make sure */
@@ -682,7 +695,8 @@ int dsec_sandbox_stop(const char *id, bool force, struct dsec_error **err)
       kill(sup, SIGKILL);
     if (pfd >= 0 && dsec_process_alive(sup, start)) {
       struct pollfd p = { pfd, POLLIN, 0 };
-      if (poll(&p, 1, force ? 10000 : 5000) == 0) {
+      double left = deadline - dsec_now_ms();
+      if (poll(&p, 1, left > 0 ? dsec_ceil_int(left) : 0) == 0) {
         kill(sup, SIGKILL);
         poll(&p, 1, 10000);
       }

@@ -716,7 +716,7 @@ print(json.dumps({"type": "eof"}))
 }
 
 @test "/sys: one read-only sysfs for every sandbox of the host, with no interface; dsec-reap unmounts it after the last one" {
-  local a b da db
+  local a b c da db
   a=$(sb_create)
   b=$(sb_create)
   run -0 --separate-stderr dsec-run inspect "$a"
@@ -737,6 +737,16 @@ print(json.dumps({"type": "eof"}))
   # one file system for both, not the host's
   [ "$da" = "$db" ]
   [ "$da" != "$(stat -c %d /sys)" ]
+  # DSEC_SYSFS=own: one of its own, read-only too
+  c=$(DSEC_SYSFS=own sb_create)
+  run -0 --separate-stderr dsec-run inspect "$c"
+  jq_ok '.sysfs == "own" and .sysfs_unshared == "DSEC_SYSFS=own"'
+  run -0 --separate-stderr dsec-run exec "$c" -- sh -c \
+    'stat -c %d /sys; touch /sys/x 2>&1 || echo refused'
+  mapfile -t lines < <(jq -r .stdout <<<"$output")
+  [ "${lines[0]}" != "$da" ]
+  [ "${lines[2]}" = refused ]
+  dsec-run rm "$c" >/dev/null
   # it stays while a sandbox is left
   dsec-run rm "$a" >/dev/null
   run -0 --separate-stderr dsec-reap --dry-run

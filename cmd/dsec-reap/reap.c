@@ -772,13 +772,6 @@ static int reap_sandboxes(struct reap *r, struct dsec_error **err)
 
 /* ---- this host's mounts of layers' EROFS images */
 
-/* A layer mount under $DSEC_RUN/layers that no sandbox of this root uses
- * (none lists the layer in its environment.json) is unmounted; one whose
- * lock a creation holds (it is taking its clone) is left for the next
- * run.  Sandboxes that run from a layer hold clones of their own, so an
- * unmount never reaches them; its loop device, if any, detaches itself
- * when the last of them goes.  The bind mount of $DSEC_RUN/layers goes
- * with the last layer mount. */
 /* The host's shared sysfs (layermount.h) goes with the last sandbox of
  * this root (used: what the sandboxes reference, none when there is
  * none): what sysfs_mount, id "sysfs".  Sandboxes hold clones of their
@@ -805,6 +798,13 @@ static int reap_sysfs_mount(struct reap *r, json_t *used,
              json_pack("{s:s}", "path", mnt), err);
 }
 
+/* A layer mount under $DSEC_RUN/layers that no sandbox of this root uses
+ * (none lists the layer in its environment.json) is unmounted; one whose
+ * lock a creation holds (it is taking its clone) is left for the next
+ * run.  Sandboxes that run from a layer hold clones of their own, so an
+ * unmount never reaches them; its loop device, if any, detaches itself
+ * when the last of them goes.  The bind mount of $DSEC_RUN/layers goes
+ * with the last layer mount (and the sysfs). */
 static int reap_layer_mounts(struct reap *r, struct dsec_error **err)
 {
   _cleanup_json_ json_t *mounts = dsec_layer_mounts_list(r->run);

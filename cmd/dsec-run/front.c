@@ -827,14 +827,20 @@ static int container_layers(struct dsec_store *s, json_t *env, char **paths,
 }
 
 /* The /sys of a container or fncall sandbox: a clone of the host's
- * shared sysfs (layermount.h) in *fd, or -1 where there is none (rootless,
- * or it cannot be mounted): the sandbox then mounts its own.  env says
- * which ("sysfs": "shared" or "own", and why in "sysfs_unshared"). */
+ * shared sysfs (layermount.h) in *fd, or -1 where there is none (told so
+ * with DSEC_SYSFS=own, rootless, or it cannot be mounted): the sandbox
+ * then mounts its own.  env says which ("sysfs": "shared" or "own", and
+ * why in "sysfs_unshared"). */
 static void container_sysfs(json_t *env, int *fd)
 {
   _cleanup_error_ struct dsec_error *e = NULL;
+  const char *want = getenv("DSEC_SYSFS");
 
-  *fd = dsec_sysfs_mount_clone(&e);
+  if (want && strcmp(want, "own") == 0) {
+    *fd = -1;
+    dsec_error_set(&e, DSEC_EXIT_FAILURE, 0, "DSEC_SYSFS=own");
+  } else
+    *fd = dsec_sysfs_mount_clone(&e);
   json_object_set_new(env, "sysfs", json_string(*fd >= 0 ? "shared" : "own"));
   if (*fd < 0) {
     json_object_set_new(env, "sysfs_unshared",
