@@ -180,6 +180,13 @@ frozen() {
   [ "$nets" != "$(readlink /proc/self/ns/net)" ]
   run -0 bash -c "for id in $a $db; do readlink /proc/\$(dsec-run inspect \$id | jq -r .init_pid)/ns/pid; done | sort -u | wc -l"
   [ "$output" -eq 2 ]
+  # every member's /sys is the host's shared sysfs (a service could not
+  # mount one of its own in the agent's network namespace)
+  for id in "$a" "$db" "$web"; do
+    dsec-run inspect "$id" | jq -e '.sysfs == "shared"'
+  done
+  [ "$(xout --service db "$a" -- stat -c %d /sys)" = "$(xout "$a" -- stat -c %d /sys)" ]
+  [ "$(xout --service db "$a" -- sh -c 'ls /sys/devices/system/cpu | grep -c "^cpu[0-9]"')" -ge 1 ]
 
   # ps: the world once, its services on the agent's line
   run -0 --separate-stderr dsec-run ps
