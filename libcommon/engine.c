@@ -620,7 +620,8 @@ void dsec_job_finish(struct dsec_engine *e, struct dsec_job *j,
     json_object_update_missing(res, e->exec_extra);
   {
     _cleanup_error_ struct dsec_error *err = NULL;
-    if (dsec_traj_append(&e->traj, j->seq, j->req, res, &err) < 0) {
+    if (dsec_traj_append(&e->traj, j->seq, j->req, res, !j->volatile_result,
+                         &err) < 0) {
       /* the result cannot be made durable: say so instead of lying */
       json_object_set_new(res, "exit_code", json_integer(DSEC_EXIT_INTERNAL));
       json_object_set_new(res, "error",
@@ -756,6 +757,9 @@ static void job_start(struct dsec_engine *e, struct dsec_client *cl,
   }
   j = job_new(e);
   j->stream = json_is_true(json_object_get(req, "stream"));
+  /* its caller removes the sandbox next (run --rm): a sync would only
+   * make durable what is deleted a moment later */
+  j->volatile_result = json_is_false(json_object_get(req, "durable"));
   /* what the trajectory records: the request as it will run */
   j->req = dsec_exec_request_record(req, e->spec->workdir, &j->cap);
   j->seq = json_object_get(j->req, "seq");
@@ -1906,7 +1910,7 @@ static void copy_finish(struct dsec_engine *e, struct dsec_job *j,
                   c->replayed);
   if (!c->replayed) {
     _cleanup_error_ struct dsec_error *err = NULL;
-    if (dsec_traj_append(&e->traj, j->seq, j->req, res, &err) < 0) {
+    if (dsec_traj_append(&e->traj, j->seq, j->req, res, true, &err) < 0) {
       json_decref(res);
       copy_answer(e, j, copy_error(j, "cannot record the copy in the "
                                    "trajectory", DSEC_EXIT_INTERNAL));
@@ -2407,6 +2411,8 @@ _Noreturn void dsec_engine_end(struct dsec_engine *e, const char *state,
     json_decref(r);
   } else if (e->ops->after_end)
     e->ops->after_end(e);
+  if (e->ops->epilogue)
+    e->ops->epilogue(e);
   _exit(0);
 }
 

@@ -87,6 +87,7 @@ struct dsec_job {
   json_t *seq;            /* borrowed from req, or NULL */
   uint64_t cap;           /* bytes kept per stream */
   bool stream;            /* output records as the output comes */
+  bool volatile_result;   /* "durable": false: the record is not synced */
   double start, deadline; /* ms; deadline 0: none */
   bool timed_out;         /* its deadline passed (the backend ends it) */
   bool deadline_passed;   /* the engine told the backend so, once */
@@ -167,6 +168,9 @@ struct dsec_backend_ops {
    * dsec_engine_end). */
   void (*stop)(struct dsec_engine *e);
   void (*after_end)(struct dsec_engine *e);
+  /* The last of the end, once whoever asked for it has its answer:
+   * what no one waits for (may be NULL). */
+  void (*epilogue)(struct dsec_engine *e);
   /* More input for job j, started with "keep_stdin" (a session's shell,
    * a copy in), buf NULL for its end; NULL: the engine writes the stdin
    * pipe given to dsec_job_pipes. */

@@ -103,6 +103,17 @@ int dsec_exec_request_check(json_t *req, char **why)
     *why = xstrdup("`exclusive` must be true or false");
     return -1;
   }
+  v = json_object_get(req, "durable");
+  if (v && !json_is_null(v) && !json_is_boolean(v)) {
+    *why = xstrdup("`durable` must be true or false");
+    return -1;
+  }
+  if (json_is_false(v) && json_is_integer(json_object_get(req, "seq"))) {
+    /* a replay answers from the record: it must outlive a crash */
+    *why = xstrdup("a request with a `seq` is always durable "
+                   "(`durable`: false goes without one)");
+    return -1;
+  }
   {
     json_t *tty = json_object_get(req, "tty");
     json_t *size = json_object_get(req, "tty_size");
@@ -428,7 +439,7 @@ int dsec_traj_check(struct dsec_traj *t, json_t *req, const json_int_t *running,
 }
 
 int dsec_traj_append(struct dsec_traj *t, json_t *seq, json_t *req,
-                     json_t *res, struct dsec_error **err)
+                     json_t *res, bool sync, struct dsec_error **err)
 {
   json_t *rec = json_pack("{s:s, s:O, s:O, s:O}", "type",
                           json_object_get(req, "op") ? "copy" : "exec", "seq",
@@ -439,11 +450,12 @@ int dsec_traj_append(struct dsec_traj *t, json_t *seq, json_t *req,
   json_decref(rec);
   if (ret == 0)
     dsec_crash_point("trajectory written");
-  if (ret == 0 && fdatasync(t->fd) < 0)
+  if (ret == 0 && sync && fdatasync(t->fd) < 0)
     ret = dsec_fail(err, errno, "cannot sync the trajectory");
   if (ret < 0)
     return ret;
-  dsec_crash_point("trajectory synced");
+  if (sync)
+    dsec_crash_point("trajectory synced");
   if (seq) {
     traj_note(t, json_integer_value(seq), off,
               (size_t) (lseek(t->fd, 0, SEEK_END) - off));

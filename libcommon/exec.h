@@ -58,10 +58,10 @@ void dsec_traj_free(struct dsec_traj *t);
 int dsec_traj_check(struct dsec_traj *t, json_t *req, const json_int_t *running,
                     size_t nrunning, json_t **out, const char **conflict);
 
-/* Appends an exec record (seq, request, result) and fdatasyncs it; -1
- * when it cannot be made durable. */
+/* Appends an exec record (seq, request, result) and, when sync,
+ * fdatasyncs it; -1 when it cannot be written (or made durable). */
 int dsec_traj_append(struct dsec_traj *t, json_t *seq, json_t *req,
-                     json_t *res, struct dsec_error **err);
+                     json_t *res, bool sync, struct dsec_error **err);
 
 /* A checkpoint, for both supervisors.  The sandbox's writable layer
  * reaches the host only as a tar stream that a producer writes from the

@@ -281,6 +281,20 @@ uncache() {
   python3 -c 'import os, sys; fd = os.open(sys.argv[1], os.O_RDONLY); os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)' "$1"
 }
 
+# rm_noted ID [--force]: removes sandbox ID and waits for its supervisor's
+# exit, which notes the hot set after rm has its answer
+rm_noted() {
+  local pid n
+  pid=$(dsec-run inspect "$1" | jq -r .supervisor_pid)
+  dsec-run rm "${@:2}" "$1" >/dev/null
+  for ((n = 0; n < 600; n++)); do
+    kill -0 "$pid" 2>/dev/null || return 0
+    sleep 0.05
+  done
+  echo "the supervisor of $1 ($pid) did not exit" >&2
+  return 1
+}
+
 @test "an image's hot set: what its sandboxes read is noted beside it and prefetched when a host mounts it again" {
   local id hex img hot size n
   command -v fincore >/dev/null || skip "needs fincore (util-linux)"
@@ -296,14 +310,14 @@ uncache() {
   # a sandbox that reads busybox only: /big is not in the set
   id=$(big_create)
   run -0 --separate-stderr dsec-run exec "$id" -- sh -c 'cat /bin/busybox >/dev/null'
-  dsec-run rm "$id" >/dev/null
+  rm_noted "$id"
   jq -e --argjson s "$size" '.size == $s and .page > 0 and .bytes > 0 and
     .bytes < $s - (3 * 1048576) and (.ranges | length) > 0 and
     ([.ranges[] | .[0] >= 0 and .[1] > 0 and .[0] + .[1] <= $s] | all)' "$hot"
   # one that reads /big: the set grows (a smaller one never replaces it)
   id=$(big_create)
   run -0 --separate-stderr dsec-run exec "$id" -- sh -c 'cat /big >/dev/null'
-  dsec-run rm "$id" >/dev/null
+  rm_noted "$id"
   jq -e '.bytes >= 4 * 1048576' "$hot"
   # a host that mounts the image with none of it cached reads the set
   # ahead, as the mount is made
@@ -325,7 +339,7 @@ uncache() {
   echo '{"size": 1, "ranges": "x"}' >"$hot"
   id=$(big_create)
   run -0 --separate-stderr dsec-run exec "$id" -- true
-  dsec-run rm --force "$id" >/dev/null
+  rm_noted "$id" --force
   jq -e --argjson s "$size" '.size == $s' "$hot"
   # it is the store's: verify says nothing of it
   run -0 --separate-stderr dsec-layer verify

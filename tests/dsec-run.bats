@@ -615,6 +615,39 @@ EOF
   [ -z "$(sb_pids)" ]
 }
 
+@test "run --rm's exec record is written but not synced (\"durable\": false); run's is synced" {
+  local id
+  run -0 --separate-stderr env DSEC_CRASH_LIST="$BATS_TEST_TMPDIR/rm" \
+    dsec-run run --rm --image busybox:1 -- true
+  echo "$(jq -r .id <<<"$output")" >>"$SB_IDS"
+  grep -q ' trajectory written$' "$BATS_TEST_TMPDIR/rm"
+  run ! grep -q ' trajectory synced$' "$BATS_TEST_TMPDIR/rm"
+  run -0 --separate-stderr env DSEC_CRASH_LIST="$BATS_TEST_TMPDIR/keep" \
+    dsec-run run --image busybox:1 -- true
+  id=$(jq -r .id <<<"$output")
+  echo "$id" >>"$SB_IDS"
+  grep -q ' trajectory written$' "$BATS_TEST_TMPDIR/keep"
+  grep -q ' trajectory synced$' "$BATS_TEST_TMPDIR/keep"
+}
+
+@test "exec request \"durable\": a boolean, never with a seq; false still records the exec" {
+  local id
+  id=$(sb_create)
+  run -0 --separate-stderr dsec-run exec "$id" --requests - <<'EOF_'
+{"cmd":["true"],"durable":"no"}
+{"cmd":["true"],"durable":false,"seq":0}
+{"cmd":["echo","kept"],"durable":false}
+{"cmd":["echo","synced"],"durable":true}
+EOF_
+  jq -e -s '.[0].type == "error" and .[0].exit_code == 3 and
+    (.[0].error | test("durable")) and
+    .[1].type == "error" and .[1].exit_code == 3 and (.[1].error | test("seq")) and
+    .[2].stdout == "kept\n" and .[3].stdout == "synced\n"' <<<"$output"
+  run -0 --separate-stderr dsec-run trajectory "$id"
+  jq -e -s 'length == 2 and (map(.request.cmd[1]) == ["kept", "synced"]) and
+    all(.[]; .request | has("durable") | not)' <<<"$output"
+}
+
 @test "rm: the directories are moved aside and rm answers; a process that holds none of its descriptors removes them" {
   local id pinned left pid fd
   id=$(sb_create)

@@ -2067,6 +2067,11 @@ static int do_run(struct opts *o, int *status, struct dsec_error **err)
   }
   if (o->attach)
     json_object_set_new(req, "stream", json_true());
+  /* --rm removes the sandbox, its trajectory with it, as soon as this
+   * exec ends: syncing its record first would make durable what is
+   * deleted a moment later (a seq is another matter: always synced) */
+  if (o->rm && !json_is_integer(json_object_get(req, "seq")))
+    json_object_set_new(req, "durable", json_false());
   ret = o->attach ? exec_attached(id, req, &res, err)
                   : exec_one(id, req, &res, err);
   if (ret == 0) {
