@@ -430,3 +430,21 @@ help_backends() {
   diff <(helpers "$DSEC_SRCDIR/completions/bash/dsec-pull") \
     <(helpers "$DSEC_SRCDIR/completions/bash/dsec-reap")
 }
+
+@test "each program is linked with full RELRO: its symbols bound at start, its GOT read-only" {
+  local p f
+  command -v readelf >/dev/null || skip "needs readelf (binutils)"
+  for p in "${PROGS[@]}"; do
+    f=$(command -v "$p")
+    # a supervisor, init and fncall's calls are forks that never exec:
+    # bound lazily, each call would bind (and copy) what init had not
+    readelf -d "$f" | grep -E 'FLAGS(_1)?' | grep -qw NOW || {
+      echo "$p is bound lazily" >&2
+      return 1
+    }
+    readelf -lW "$f" | grep -qw GNU_RELRO || {
+      echo "$p has no RELRO segment" >&2
+      return 1
+    }
+  done
+}
