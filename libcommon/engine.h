@@ -169,7 +169,8 @@ struct dsec_backend_ops {
   void (*stop)(struct dsec_engine *e);
   void (*after_end)(struct dsec_engine *e);
   /* The last of the end, once whoever asked for it has its answer:
-   * what no one waits for (may be NULL). */
+   * what need not delay that answer (may be NULL).  Our exit still
+   * waits for it, and a remover waits for our exit. */
   void (*epilogue)(struct dsec_engine *e);
   /* More input for job j, started with "keep_stdin" (a session's shell,
    * a copy in), buf NULL for its end; NULL: the engine writes the stdin

@@ -17,6 +17,7 @@
 #include "crash.h"
 #include "digest.h"
 #include "exitcodes.h"
+#include "log.h"
 #include "process.h"
 #include "proxy.h"
 #include "sandbox.h"
@@ -322,11 +323,13 @@ void dsec_traj_load(struct dsec_traj *t)
   size_t cap = 0;
   ssize_t n;
   off_t off = 0;
+  bool torn = false;
 
   if (!f)
     return;
   rewind(f);
   while ((n = getline(&line, &cap, f)) > 0) {
+    torn = line[n - 1] != '\n';
     json_t *rec = json_loadb(line, (size_t) n, 0, NULL);
     json_t *seq = json_object_get(rec, "seq");
     const char *type = json_string_value(json_object_get(rec, "type")) ?: "";
@@ -341,6 +344,13 @@ void dsec_traj_load(struct dsec_traj *t)
   }
   free(line);
   fclose(f);
+  /* a last line without its newline: a record cut by a crash before it
+   * was synced ("durable": false).  The next record starts a line of its
+   * own, else it would be glued to the cut one and never parse again
+   * (its own sync makes this newline durable with it) */
+  if (torn && write(t->fd, "\n", 1) != 1)
+    dsec_debug("cannot end the trajectory's cut last line: %s",
+               strerror(errno));
 }
 
 void dsec_traj_free(struct dsec_traj *t)

@@ -459,6 +459,38 @@ static int image_dir(const char *image)
   return open(dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
 }
 
+/* The store's collector lock, shared and without waiting, for a note in
+ * the directory of image (STORE/layers/HEX/layer.erofs): the note's
+ * temporary file must not appear in a layer that dsec-layer rm (or gc),
+ * holding the lock exclusively, is removing; the removal wins and the
+ * note is skipped.  The lock's fd, or -1. */
+static int hot_gc_lock(const char *image)
+{
+  _cleanup_free_ char *locks = xstrdup(image);
+  _cleanup_close_ int dfd = -1;
+  _cleanup_error_ struct dsec_error *err = NULL;
+  char *cut = locks + strlen(locks);
+  int fd;
+
+  for (int i = 0; i < 3; i++) {
+    while (cut > locks && *--cut != '/')
+      ;
+    if (cut == locks)
+      return -1;
+    *cut = '\0';
+  }
+  if (strcmp(cut + 1, "layers") != 0)
+    return -1;
+  strcpy(cut, "/locks");
+  dfd = open(locks, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+  if (dfd < 0)
+    return -1;
+  fd = dsec_lock_at(dfd, "gc", DSEC_LOCK_SHARED, true, &err);
+  if (fd < 0)
+    dsec_debug("no hot set for %s: %s", image, err->msg);
+  return fd;
+}
+
 /* The hot record beside image, if it is one for a file of size bytes. */
 static json_t *hot_read(int dfd, uint64_t size)
 {
@@ -479,6 +511,7 @@ void dsec_layer_hot_note(const char *image)
 {
   _cleanup_close_ int fd = open(image, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
   _cleanup_close_ int dfd = -1;
+  _cleanup_close_ int gc = -1;
   _cleanup_free_ unsigned char *vec = NULL;
   _cleanup_json_ json_t *old = NULL;
   _cleanup_json_ json_t *rec = NULL;
@@ -529,6 +562,10 @@ void dsec_layer_hot_note(const char *image)
   if (bytes == 0)
     return;
   json_object_set_new(rec, "bytes", json_integer((json_int_t) bytes));
+  gc = hot_gc_lock(image);
+  if (gc < 0)
+    return;
+  /* (a removal that ended before we locked took the directory with it) */
   dfd = image_dir(image);
   if (dfd < 0)
     return;

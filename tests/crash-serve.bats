@@ -197,7 +197,7 @@ op_checkpoint() { sv_op checkpoint; }
 op_suspend() { sv_op suspend '{release: true}'; }
 op_resume() { sv_op resume; }
 op_fork() { sv_op fork; }
-op_rm() { sv_op rm; }
+op_rm() { rm_waited sv_op rm; }
 
 # --- tests -------------------------------------------------------------------
 

@@ -70,7 +70,7 @@ op_checkpoint() { dsec-run checkpoint "$(sb_id)"; }
 op_suspend() { dsec-run suspend --release "$(sb_id)"; }
 op_resume() { dsec-run resume "$(sb_id)"; }
 op_fork() { dsec-run fork "$(sb_id)"; }
-op_rm() { dsec-run rm "$(sb_id)"; }
+op_rm() { rm_waited dsec-run rm "$(sb_id)"; }
 op_pull_tar() {
   dsec-pull --name crash/tar:1 "tar:$BATS_FILE_TMPDIR/tree.tar.gz"
 }

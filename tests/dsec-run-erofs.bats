@@ -345,6 +345,31 @@ rm_noted() {
   run -0 --separate-stderr dsec-layer verify
 }
 
+@test "an image's hot set is not noted while dsec-layer rm or gc holds the store: the removal wins" {
+  local id hex hot lock
+  with_big "$BATS_TEST_TMPDIR/big.tar"
+  run -0 --separate-stderr dsec-pull --name big:1 "tar:$BATS_TEST_TMPDIR/big.tar"
+  hex=$(dsec-layer inspect big:1 | jq -r '.layers[0].digest | ltrimstr("sha256:")')
+  hot=$(store_dir)/layers/$hex/erofs.hot
+  rm -f "$hot"
+  id=$(big_create)
+  run -0 --separate-stderr dsec-run exec "$id" -- sh -c 'cat /big >/dev/null'
+  # the collector's lock, as dsec-layer rm and gc take it (exclusive):
+  # the supervisor, noting after rm has its answer, leaves the layer alone
+  exec {lock}>"$(store_dir)/locks/gc"
+  flock -x "$lock"
+  rm_noted "$id"
+  exec {lock}>&-
+  [ ! -e "$hot" ]
+  run -0 bash -c "ls '$(store_dir)/layers/$hex' | grep -c tmp || true"
+  [ "$output" = 0 ]
+  # unlocked, the next sandbox's end notes it
+  id=$(big_create)
+  run -0 --separate-stderr dsec-run exec "$id" -- sh -c 'cat /big >/dev/null'
+  rm_noted "$id"
+  jq -e '.bytes >= 4 * 1048576' "$hot"
+}
+
 # debian_like OUT EUID: the busybox rootfs with what distribution images
 # carry: a setuid-root copy of busybox (su), a setgid one (unix_chkpwd,
 # group shadow), a setuid hardlink, a file with file capabilities, /dev

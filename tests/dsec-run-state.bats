@@ -579,6 +579,25 @@ requests_file() {
   }
 }
 
+@test "a trajectory whose last record a crash cut (unsynced, \"durable\": false) keeps the next seq's record whole" {
+  local id traj
+  id=$(sb_create)
+  traj=$DSEC_ROOT/sandboxes/$id/trajectory.jsonl
+  run -0 --separate-stderr dsec-run exec --seq 0 "$id" -- echo zero
+  run -0 --separate-stderr dsec-run suspend --release "$id"
+  # what a host crash leaves of an unsynced record: its first bytes
+  printf '{"type":"exec","seq":null,"request":{"cmd":["ech' >>"$traj"
+  run -0 --separate-stderr dsec-run resume "$id"
+  run -0 --separate-stderr dsec-run exec --seq 1 "$id" -- echo one
+  out_jq '.replayed == false and .stdout == "one\n"'
+  # seq 1's record is a line of its own: the next supervisor replays it
+  run -0 --separate-stderr dsec-run suspend --release "$id"
+  run -0 --separate-stderr dsec-run resume "$id"
+  run -0 --separate-stderr dsec-run exec --seq 1 "$id" -- echo one
+  out_jq '.replayed == true and .stdout == "one\n"'
+  grep -qx '{"type":"exec","seq":null,"request":{"cmd":\["ech' "$traj"
+}
+
 @test "two resumes of a released sandbox at once: one boots it, the other is refused (1); one supervisor" {
   local id a b
   id=$(sb_create)

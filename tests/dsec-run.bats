@@ -628,6 +628,12 @@ EOF
   echo "$id" >>"$SB_IDS"
   grep -q ' trajectory written$' "$BATS_TEST_TMPDIR/keep"
   grep -q ' trajectory synced$' "$BATS_TEST_TMPDIR/keep"
+  # with a seq, run --rm's exec is durable (a seq's record always is)
+  run -0 --separate-stderr env DSEC_CRASH_LIST="$BATS_TEST_TMPDIR/seq" \
+    dsec-run run --rm --seq 0 --image busybox:1 -- true
+  echo "$(jq -r .id <<<"$output")" >>"$SB_IDS"
+  out_jq '.seq == 0 and .exit_code == 0'
+  grep -q ' trajectory synced$' "$BATS_TEST_TMPDIR/seq"
 }
 
 @test "exec request \"durable\": a boolean, never with a seq; false still records the exec" {

@@ -55,6 +55,10 @@ static void one(struct dsec_traj *t, json_t *req)
   CHECK(json_is_string(json_object_get(rec, "workdir")));
   CHECK(json_is_object(json_object_get(rec, "env")));
   CHECK(json_is_number(json_object_get(rec, "timeout_s")));
+  /* an accepted "durable": false goes without a seq, and is not recorded */
+  CHECK(!json_is_false(json_object_get(req, "durable")) ||
+        !json_is_integer(json_object_get(req, "seq")));
+  CHECK(!json_object_get(rec, "durable"));
   base = json_pack("{s:s, s:s}", "PATH", "/bin", "HOME", "/");
   env = dsec_exec_env(base, json_object_get(rec, "env"));
   CHECK(json_is_array(env));

@@ -101,6 +101,26 @@ CMD2='echo two >>/f; cat /f'
 
 sb_id() { cat "$IT/id"; }
 
+# rm_waited CMD...: runs CMD, an rm; when it succeeds, waits (10 s at
+# most) for the store's supervisors that ran before it to exit: once rm
+# has its answer a supervisor still notes its images' hot set, crash
+# points that are the operation's (the points counted after it, and a
+# point killed at, must all have been reached when it returns)
+rm_waited() {
+  local pids st=0 n p
+  pids=$(cat "$DSEC_ROOT"/sandboxes/*/state.json 2>/dev/null |
+    jq -r '.supervisor_pid // empty' 2>/dev/null)
+  "$@" || st=$?
+  ((st == 0)) || return "$st"
+  for p in $pids; do
+    for ((n = 0; n < 200; n++)); do
+      kill -0 "$p" 2>/dev/null || break
+      sleep 0.05
+    done
+  done
+  return 0
+}
+
 # sb_running ID: the sandbox is listed as running.
 sb_running() { [ "$(sb_state "$1")" = running ]; }
 
