@@ -1833,8 +1833,8 @@ static void ctr_stop(struct dsec_engine *e)
 }
 
 /* What the sandbox read of its images, for the next host to mount them:
- * after rm has its answer (a mincore of each image, ~0.1 ms, that no one
- * needs to wait for). */
+ * after rm has its answer (a mincore of each image and maybe a file
+ * written, which the answer need not wait for). */
 static void ctr_epilogue(struct dsec_engine *e)
 {
   struct sup *s = e->b;

@@ -329,10 +329,10 @@ void dsec_traj_load(struct dsec_traj *t)
     return;
   rewind(f);
   while ((n = getline(&line, &cap, f)) > 0) {
-    torn = line[n - 1] != '\n';
     json_t *rec = json_loadb(line, (size_t) n, 0, NULL);
     json_t *seq = json_object_get(rec, "seq");
     const char *type = json_string_value(json_object_get(rec, "type")) ?: "";
+    torn = line[n - 1] != '\n';
     if (json_is_integer(seq) &&
         (strcmp(type, "exec") == 0 || strcmp(type, "copy") == 0)) {
       traj_note(t, json_integer_value(seq), off, (size_t) n);

@@ -469,23 +469,23 @@ static int hot_gc_lock(const char *image)
   _cleanup_free_ char *locks = xstrdup(image);
   _cleanup_close_ int dfd = -1;
   _cleanup_error_ struct dsec_error *err = NULL;
-  char *cut = locks + strlen(locks);
+  char *slash = NULL;
   int fd;
 
+  /* STORE/layers/HEX/layer.erofs: cut three names, the last "layers" */
   for (int i = 0; i < 3; i++) {
-    while (cut > locks && *--cut != '/')
-      ;
-    if (cut == locks)
+    slash = strrchr(locks, '/');
+    if (!slash || slash == locks)
       return -1;
-    *cut = '\0';
+    if (i == 2 && strcmp(slash + 1, "layers") != 0)
+      return -1;
+    *slash = '\0';
   }
-  if (strcmp(cut + 1, "layers") != 0)
-    return -1;
-  strcpy(cut, "/locks");
+  strcpy(slash, "/locks");
   dfd = open(locks, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
   if (dfd < 0)
     return -1;
-  fd = dsec_lock_at(dfd, "gc", DSEC_LOCK_SHARED, true, &err);
+  fd = dsec_store_lock_gc_at(dfd, false, true, &err);
   if (fd < 0)
     dsec_debug("no hot set for %s: %s", image, err->msg);
   return fd;

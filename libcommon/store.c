@@ -381,7 +381,13 @@ int dsec_store_lock(struct dsec_store *s, const char *what,
 int dsec_store_lock_gc(struct dsec_store *s, bool exclusive,
                        struct dsec_error **err)
 {
-  return dsec_lock_at(s->locks_fd, "gc",
+  return dsec_store_lock_gc_at(s->locks_fd, exclusive, false, err);
+}
+
+int dsec_store_lock_gc_at(int locks_fd, bool exclusive, bool nonblock,
+                          struct dsec_error **err)
+{
+  return dsec_lock_at(locks_fd, "gc",
                       exclusive ? DSEC_LOCK_EXCLUSIVE : DSEC_LOCK_SHARED,
-                      false, err);
+                      nonblock, err);
 }

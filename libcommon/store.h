@@ -109,4 +109,10 @@ int dsec_store_lock(struct dsec_store *s, const char *what,
 int dsec_store_lock_gc(struct dsec_store *s, bool exclusive,
                        struct dsec_error **err);
 
+/* The same lock in a store's locks directory (locks_fd), for who holds no
+ * store handle; with nonblock, a lock held otherwise fails at once
+ * (EWOULDBLOCK) instead of waiting. */
+int dsec_store_lock_gc_at(int locks_fd, bool exclusive, bool nonblock,
+                          struct dsec_error **err);
+
 #endif

@@ -238,6 +238,26 @@ cannot() {
   done
 }
 
+@test "durable: false (run --rm's) is checked and still recorded by every backend; never with a seq (3)" {
+  local b id
+  for b in "${BACKENDS[@]}"; do
+    id=$(sb "$b")
+    run -0 --separate-stderr dsec-run exec "$id" --requests - <<'EOF_'
+{"cmd":["true"],"durable":"no"}
+{"cmd":["true"],"durable":false,"seq":900}
+{"cmd":["echo","not synced"],"durable":false}
+EOF_
+    jq -e -s '.[0].type == "error" and .[0].exit_code == 3 and
+      .[1].type == "error" and .[1].exit_code == 3 and
+      .[2].type == "result" and .[2].stdout == "not synced\n"' <<<"$output" >/dev/null ||
+      { echo "$b: $output" >&2; false; }
+    run -0 dsec-run trajectory "$id"
+    jq -e -s 'any(.[]; .request.cmd == ["echo", "not synced"] and
+      (.request | has("durable") | not))' <<<"$output" >/dev/null ||
+      { echo "$b: not in the trajectory: $output" >&2; false; }
+  done
+}
+
 @test "events: every exec is recorded with its seq and status" {
   local b
   for b in "${BACKENDS[@]}"; do
