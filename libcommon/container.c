@@ -206,7 +206,10 @@ struct init_ctx {
   int warm_sock;   /* where its request goes */
   bool warm_ready; /* it has made its mounts */
   bool warm_off;   /* one failed to prepare: calls start as they come */
-  bool premounted; /* (in that process) its base mounts are made */
+  bool premounted; /* (in that process) all its mounts are made */
+  bool filtered;   /* (in that process) its seccomp filter is installed */
+  int warm_lfd;    /* (in that process) the filter's listener, or -1 */
+  char *workdir;   /* the spec's working directory */
 };
 
 /* Paths masked in /proc and /sys: files get a watched empty file (or
@@ -458,6 +461,7 @@ static void init_setup(struct init_ctx *c, json_t *spec)
   struct dev_trees dev;
   int t;
 
+  c->workdir = xstrdup(workdir ? workdir : "/");
   if (mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) < 0)
     die_init(c->sock, "cannot make mounts private");
   /* the mounts we inherited are locked to this namespace; pivot_root needs
@@ -517,28 +521,35 @@ static void init_setup(struct init_ctx *c, json_t *spec)
   }
 }
 
+/* A seccomp filter's listener lfd, handed to the supervisor for exec xid
+ * over fd 3 (init's control socket, still open here), and closed. */
+static int send_listener(struct init_ctx *c, int lfd, uint64_t xid,
+                         bool *tells)
+{
+  json_t *m = json_pack("{s:s, s:I}", "op", "listener", "xid",
+                        (json_int_t) xid);
+  int r = msg_send(3, m, &lfd, 1), e = errno;
+  json_decref(m);
+  close(lfd);
+  /* with a token, the socket stays until the execve (close-on-exec) for
+   * exec_started */
+  *tells = r == 0 && c->token;
+  if (!*tells)
+    close(3);
+  errno = e;
+  return r;
+}
+
 /* The seccomp filter, with a user-notification listener handed to the
- * supervisor over fd 3 (init's control socket, still open here): the
- * supervisor answers denied calls with their error and records them.
- * Without a listener (the kernel refuses one), denials fail silently. */
+ * supervisor: the supervisor answers denied calls with their error and
+ * records them.  Without a listener (the kernel refuses one), denials
+ * fail silently. */
 static int install_filter(struct init_ctx *c, uint64_t xid, bool *tells)
 {
   int lfd = dsec_seccomp_install(&c->filter, true);
   *tells = false;
-  if (lfd >= 0) {
-    json_t *m = json_pack("{s:s, s:I}", "op", "listener", "xid",
-                          (json_int_t) xid);
-    int r = msg_send(3, m, &lfd, 1);
-    json_decref(m);
-    close(lfd);
-    /* with a token, the socket stays until the execve (close-on-exec)
-     * for exec_started */
-    if (r == 0 && c->token)
-      *tells = true;
-    else
-      close(3);
-    return r;
-  }
+  if (lfd >= 0)
+    return send_listener(c, lfd, xid, tells);
   close(3);
   return dsec_seccomp_install(&c->filter_plain, false);
 }
@@ -561,9 +572,10 @@ static void drop_privileges(struct init_ctx *c, uid_t uid, gid_t gid,
             gid, strerror(errno));
     _exit(125);
   }
+  /* (a call made ahead has its filter: warm_seal) */
   if (syscall(SYS_capset, &h, d) < 0 ||
-      prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0 ||
-      install_filter(c, xid, tells) < 0) {
+      (!c->filtered && (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0 ||
+                        install_filter(c, xid, tells) < 0))) {
     dprintf(STDERR_FILENO, "dsec: cannot drop privileges: %s\n",
             strerror(errno));
     _exit(125);
@@ -738,13 +750,17 @@ static void call_base_mounts(struct init_ctx *c)
     call_mount_failed();
 }
 
-/* The call's mounts (the base ones already there in a warm call, see
- * warm_spawn), and for fncall a clean working directory. */
-static void call_mounts(struct init_ctx *c, const char *workdir)
+/* An fncall call's working directory gets a clean tmpfs of its own,
+ * unless it is / (the read-only root) or /tmp (clean already). */
+static bool own_tmpfs(const char *workdir)
 {
-  if (!c->premounted)
-    call_base_mounts(c);
-  if (c->exclusive || strcmp(workdir, "/") == 0 || strcmp(workdir, "/tmp") == 0)
+  return strcmp(workdir, "/") != 0 && strcmp(workdir, "/tmp") != 0;
+}
+
+/* fncall: the call's clean working directory (call_mounts). */
+static void call_workdir_mount(struct init_ctx *c, const char *workdir)
+{
+  if (c->exclusive || !own_tmpfs(workdir))
     return;
   if (mount("tmpfs", workdir, "tmpfs", MS_NOSUID | MS_NODEV, c->tmp_size) < 0) {
     /* as any exec: a working directory it cannot enter is 126 */
@@ -755,6 +771,16 @@ static void call_mounts(struct init_ctx *c, const char *workdir)
     }
     call_mount_failed();
   }
+}
+
+/* The call's mounts, and for fncall a clean working directory; a call
+ * made ahead has them all (warm_spawn, warm_fits). */
+static void call_mounts(struct init_ctx *c, const char *workdir)
+{
+  if (c->premounted)
+    return;
+  call_base_mounts(c);
+  call_workdir_mount(c, workdir);
 }
 
 /* fncall and exclusive execs: the call's Landlock domain, made from the call's own mounts,
@@ -956,20 +982,79 @@ static pid_t call_clone(void)
                          NULL, NULL, NULL, 0);
 }
 
+/* What a call made ahead does before its request, after its mounts: the
+ * reset of a fresh program's signals and session, the capability sets
+ * that no exec keeps, and the seccomp filter, whose install (the kernel
+ * checks, translates and compiles it, then runs it for every system call
+ * number to cache the ones it always allows) was the largest step left
+ * between a call's request and its command.  Its listener goes to the
+ * supervisor with the request (warm_run).  The filter denies mount(2):
+ * every mount of the call is made before (warm_fits). */
+static void warm_seal(struct init_ctx *c)
+{
+  dsec_guest_exec_reset();
+  if (!c->bset_dropped)
+    for (int cap = 0; cap <= c->last_cap; cap++)
+      prctl(PR_CAPBSET_DROP, cap, 0, 0, 0);
+  prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0);
+  if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0)
+    _exit(DSEC_EXIT_INTERNAL);
+  c->warm_lfd = dsec_seccomp_install(&c->filter, true);
+  if (c->warm_lfd < 0 && dsec_seccomp_install(&c->filter_plain, false) < 0)
+    _exit(DSEC_EXIT_INTERNAL);
+  c->filtered = true;
+}
+
+/* The call's request (req, with its pipes fds) in the call made ahead:
+ * the listener to the supervisor first, as drop_privileges gives it in a
+ * call started as it comes, and with the same error on the call's
+ * stderr. */
+_Noreturn static void warm_run(struct init_ctx *c, json_t *req, int *fds)
+{
+  struct exec_run r;
+  struct dsec_guest_exec x;
+
+  exec_prepare(c, req, fds, &r, &x);
+  x.reset = true;
+  if (c->warm_lfd < 0)
+    close(3);
+  else if (send_listener(c, c->warm_lfd, r.xid, &r.tells) < 0) {
+    dprintf(fds[2], "dsec: cannot drop privileges: %s\n", strerror(errno));
+    _exit(125);
+  }
+  c->warm_lfd = -1;
+  dsec_guest_exec(&x);
+}
+
+/* Whether the call made ahead can take req.  Its working directory is
+ * the spec's, made when it is one of its own (call_workdir_mount), and
+ * its filter lets it mount no other: a call elsewhere starts as it comes,
+ * and so does a call in / or /tmp where the spec's directory is covered
+ * by a tmpfs (it would see that tmpfs, not the image's directory). */
+static bool warm_fits(const struct init_ctx *c, json_t *req)
+{
+  const char *cwd = json_string_value(json_object_get(req, "cwd"));
+  if (!cwd)
+    cwd = "/";
+  return own_tmpfs(cwd) ? strcmp(cwd, c->workdir) == 0
+                        : !own_tmpfs(c->workdir);
+}
+
 /* fncall: the next call, made ahead.  A call's process is PID 1 of its
- * own pid, mount and IPC namespaces, with its own /proc, /dev/shm and
- * /tmp (call_base_mounts): none of that depends on the request, and
- * making it (a copy of init, of the sandbox's mount table, a new IPC
- * namespace, three mounts) is most of what an fncall call costs more
- * than a container's exec.  So while a call runs, init makes the next
- * one's process, which tells it is ready once its mounts are made and
- * then waits for its request on a socket of its own; the next call is
- * handed to it (warm_hand).  Each such process
- * serves one call and is never reused: calls still share nothing.  It
- * is made when init holds no call's pipes or terminal (they are closed
- * as soon as a request is handled); besides its socket it has init's
- * (3), which every call has, its signalfd (which reads only its own
- * signals) and /dev/null, all closed before the command runs. */
+ * own pid, mount and IPC namespaces, with its own /proc, /dev/shm, /tmp
+ * and working directory (call_mounts): none of that depends on the
+ * request, and making it (a copy of init, of the sandbox's mount table, a
+ * new IPC namespace, four mounts) is most of what an fncall call costs
+ * more than a container's exec; nor does its seccomp filter (warm_seal).
+ * So while a call runs, init makes the next one's process, which tells
+ * it is ready once it has those and then waits for its request on a
+ * socket of its own; the next call is handed to it (warm_hand).  Each
+ * such process serves one call and is never reused: calls still share
+ * nothing.  It is made when init holds no call's pipes or terminal (they
+ * are closed as soon as a request is handled); besides its socket it has
+ * init's (3), which every call has, its signalfd (which reads only its
+ * own signals), its listener and /dev/null, all closed before the
+ * command runs. */
 static void warm_spawn(struct init_ctx *c, char *buf)
 {
   int sp[2], fds[3], nfds;
@@ -995,10 +1080,12 @@ static void warm_spawn(struct init_ctx *c, char *buf)
   }
   prctl(PR_SET_NAME, "dsec-call", 0, 0, 0);
   close(sp[0]);
-  /* a failure here exits 125 before we are ready: init then starts
-   * every call as it comes, and the call tells the failure */
+  /* a failure here exits before we are ready: init then starts every
+   * call as it comes, and the call tells the failure */
   call_base_mounts(c);
+  call_workdir_mount(c, c->workdir);
   c->premounted = true;
+  warm_seal(c);
   if (write(sp[1], "r", 1) != 1)
     _exit(DSEC_EXIT_INTERNAL);
   req = msg_recv(sp[1], buf, MSG_MAX, fds, &nfds);
@@ -1006,7 +1093,7 @@ static void warm_spawn(struct init_ctx *c, char *buf)
   if (!req || nfds != 3)
     _exit(DSEC_EXIT_INTERNAL);
   close(sp[1]);
-  init_exec_child(c, req, fds);
+  warm_run(c, req, fds);
 }
 
 /* Ends the call made ahead, if any (reaped as any orphan). */
@@ -1078,7 +1165,7 @@ static pid_t init_spawn(struct init_ctx *c, json_t *req, int *fds)
   pid_t pid = 0;
   int e;
 
-  if (c->fncall && warm_hand(c, req, fds, &pid))
+  if (c->fncall && warm_fits(c, req) && warm_hand(c, req, fds, &pid))
     return pid;
   exec_prepare(c, req, fds, &r, &x);
   if (c->fncall && !stack) {
@@ -1329,7 +1416,7 @@ static int suid_dumpable(void)
 
 _Noreturn static void run_init(struct stage1_args *a)
 {
-  struct init_ctx c = { .sock = a->sock, .fncall = a->fncall,
+  struct init_ctx c = { .sock = a->sock, .fncall = a->fncall, .warm_lfd = -1,
                         .sys_shared = a->sys_shared };
   _cleanup_error_ struct dsec_error *err = NULL;
   json_t *ready;
@@ -1866,6 +1953,7 @@ static struct init_ctx *xexec_ctx(struct sup *s, struct dsec_error **err)
   c = xzalloc(sizeof *c);
   c->sock = 3;
   c->exclusive = true;
+  c->warm_lfd = -1;
   c->last_cap = last_cap();
   c->ll_abi = s->landlock_off ? 0 : dsec_landlock_abi(NULL);
   c->protect = json_object_get(s->e->spec_json, "protect");

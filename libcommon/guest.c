@@ -375,7 +375,7 @@ static void exec_search(const struct dsec_guest_exec *x, char *const argv[],
   errno = eacces ? EACCES : ENOENT;
 }
 
-_Noreturn void dsec_guest_exec(const struct dsec_guest_exec *x)
+void dsec_guest_exec_reset(void)
 {
   struct rlimit none = { 0, 0 };
   sigset_t all;
@@ -390,6 +390,12 @@ _Noreturn void dsec_guest_exec(const struct dsec_guest_exec *x)
    * no disk fills with them); the hard limit too, for good */
   if (setrlimit(RLIMIT_CORE, &none) < 0)
     _exit(DSEC_EXIT_INTERNAL);
+}
+
+_Noreturn void dsec_guest_exec(const struct dsec_guest_exec *x)
+{
+  if (!x->reset)
+    dsec_guest_exec_reset();
   if (x->tty) {
     /* the terminal: opened as the session's leader, it is its controlling
      * one */

@@ -80,7 +80,14 @@ struct dsec_guest_exec {
    * execve of the command before it is made. */
   uint64_t token;
   void (*started)(void *ud, const char *path, char *const argv[]);
+  /* The process already had dsec_guest_exec_reset. */
+  bool reset;
 };
+
+/* What dsec_guest_exec does first, for a process made ready ahead of its
+ * request: default signal dispositions, none blocked, a session of its
+ * own, no core dumps (exits 125 when it cannot). */
+void dsec_guest_exec_reset(void);
 
 /* A pseudo-terminal for an exec: its master (close-on-exec, non-blocking)
  * and the path of its other end in path (len bytes), given to uid:gid,

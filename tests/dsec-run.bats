@@ -961,6 +961,48 @@ wait_warm() {
   wait_warm "$id" "$w3" >/dev/null
 }
 
+@test "fncall: the call made ahead has its seccomp filter before its request; its call's denials and start are recorded with the call's seq" {
+  local id w
+  id=$(sb_create --backend fncall)
+  run -0 --separate-stderr dsec-run exec "$id" -- true
+  w=$(wait_warm "$id")
+  # filtered, without new privileges, before any request
+  grep -qx 'Seccomp:[[:space:]]*2' "/proc/$w/status"
+  grep -qx 'NoNewPrivs:[[:space:]]*1' "/proc/$w/status"
+  # its call: one filter (not a second one on top), whose listener the
+  # supervisor has: a mount is refused and recorded, and so is the start
+  run -0 --separate-stderr dsec-run exec "$id" --seq 7 -- sh -c \
+    'grep Seccomp_filters /proc/self/status; mount -t tmpfs x /mnt || echo refused'
+  out_jq '.stdout == "Seccomp_filters:\t1\nrefused\n"'
+  run -0 --separate-stderr dsec-run events "$id"
+  jq -se 'any(.[]; .type == "denied" and .syscall == "mount" and .seq == 7)' <<<"$output"
+  jq -se 'any(.[]; .type == "process" and .path == "/bin/sh" and .seq == 7)' <<<"$output"
+  # it was that call's: the next one is made ahead
+  wait_warm "$id" "$w" >/dev/null
+}
+
+@test "fncall: a call in another directory than the spec's starts as it comes; the call made ahead waits for one in the spec's" {
+  local id w
+  # the spec's working directory is a clean tmpfs in every call made in
+  # it, which a call made ahead has mounted before its request
+  id=$(sb_create --backend fncall --workdir /etc)
+  run -0 --separate-stderr dsec-run exec "$id" -- true
+  w=$(wait_warm "$id")
+  # in / and /tmp a call sees the image's /etc, not that tmpfs
+  run -0 --separate-stderr dsec-run exec "$id" --workdir / -- sh -c 'pwd; grep -c ^root: /etc/passwd'
+  out_jq '.stdout == "/\n1\n"'
+  run -0 --separate-stderr dsec-run exec "$id" --workdir /tmp -- sh -c 'pwd; grep -c ^root: /etc/passwd'
+  out_jq '.stdout == "/tmp\n1\n"'
+  # in another directory, a clean one of its own
+  run -0 --separate-stderr dsec-run exec "$id" --workdir /usr -- sh -c 'pwd; ls -A; touch f && echo written'
+  out_jq '.stdout == "/usr\nwritten\n"'
+  # none of them took the call made ahead; a call in /etc does
+  [ "$(wait_warm "$id")" = "$w" ]
+  run -0 --separate-stderr dsec-run exec "$id" -- sh -c 'pwd; ls -A; touch f && echo written'
+  out_jq '.stdout == "/etc\nwritten\n"'
+  wait_warm "$id" "$w" >/dev/null
+}
+
 @test "fncall: a call's status and signal are its command's; what it left is gone when it is answered" {
   local id
   id=$(sb_create --backend fncall --user 1000:1000)
