@@ -4,7 +4,8 @@
 #   1. create + exec `true` + destroy   (dsec-run run --rm | crun run | bwrap)
 #   2. exec `true` in a running sandbox (dsec-run exec, and one --requests
 #      stream | crun exec | nsenter)
-#   3. fncall calls per second          (one --requests stream | bare fork+exec)
+#   3. fncall calls per second          (one --requests stream, also with
+#      "durable": false | bare fork+exec)
 #   4. 64-way burst of creates          (dsec-run create | crun run -d)
 #   5. memory per idle sandbox          (200 dsec sandboxes | idle crun)
 # A benchmark, not a test: `make check` never runs it.  Needs root; installs
@@ -179,8 +180,9 @@ helper() {
 # bh burst K DIR CMD...  starts K CMDs at once, each with stdout in
 #                        DIR/<i>.out; prints "i us status" per CMD
 # bh stream N CMD...     starts CMD once and writes N {"cmd":["true"]} lines
-#                        to it, one after the answer to the previous one;
-#                        prints each call's microseconds, then "total US"
+#                        (or $BH_REQ's) to it, one after the answer to the
+#                        previous one; prints each call's microseconds,
+#                        then "total US"
 # bh nswrap CMD...       CMD in a private mount namespace with a tmpfs over
 #                        /sys/fs/cgroup/unified (crun 1.8 refuses a hybrid
 #                        layout whose cgroup2 tree owns a controller)
@@ -335,7 +337,7 @@ int main(int argc, char **argv)
     return bad ? 1 : 0;
   }
   if (strcmp(argv[1], "stream") == 0 && argc > 3) {
-    static const char req[] = "{\"cmd\":[\"true\"]}\n";
+    char req[4096];
     int n = atoi(argv[2]), in[2], out[2], st, bad = 0;
     char buf[65536];
     size_t have = 0;
@@ -343,6 +345,11 @@ int main(int argc, char **argv)
     pid_t pid;
     FILE *o;
 
+    size_t reqlen;
+
+    snprintf(req, sizeof req, "%s\n",
+             getenv("BH_REQ") ? getenv("BH_REQ") : "{\"cmd\":[\"true\"]}");
+    reqlen = strlen(req);
     signal(SIGPIPE, SIG_IGN);
     if (pipe(in) < 0 || pipe(out) < 0)
       return 1;
@@ -360,7 +367,7 @@ int main(int argc, char **argv)
     for (int i = 0; i < n; i++) {
       double t0 = now_us();
       char *nl;
-      if (write(in[1], req, sizeof req - 1) != (ssize_t) sizeof req - 1)
+      if (write(in[1], req, reqlen) != (ssize_t) reqlen)
         return perror("bh stream: write"), 1;
       while (!(nl = memchr(buf, '\n', have))) {
         ssize_t r = read(out[0], buf + have, sizeof buf - have);
@@ -604,16 +611,22 @@ if [[ -n $BASE ]]; then
 fi
 : >"$RES/c3_fncall.raw"
 : >"$RES/c3_base.raw"
+: >"$RES/c3_volatile.raw"
 : >"$RES/c3_forkexec"
 for ((k = 0; k < 10; k++)); do
   nb=$(block "$k" "$N_CALLS")
   ((nb > 0)) || continue
   helper stream "$nb" "$DSEC" exec "$FSB" --requests - >>"$RES/c3_fncall.raw"
   helper run "$nb" /bin/true >>"$RES/c3_forkexec"
+  # the same calls without their trajectory record's fdatasync (what the
+  # disk adds to a call)
+  BH_REQ='{"cmd":["true"],"durable":false}' \
+    helper stream "$nb" "$DSEC" exec "$FSB" --requests - >>"$RES/c3_volatile.raw"
   [[ -n $BASE ]] && helper stream "$nb" "$BASE/dsec-run" exec "$FSBB" --requests - >>"$RES/c3_base.raw"
 done
 grep -v '^total' "$RES/c3_fncall.raw" >"$RES/c3_fncall" || true
 grep -v '^total' "$RES/c3_base.raw" >"$RES/c3_base" || true
+grep -v '^total' "$RES/c3_volatile.raw" >"$RES/c3_volatile"
 # calls/s: the calls over the streams' own totals
 C3_TOTAL=$(awk '$1 == "total" { t += $2 } END { print t }' "$RES/c3_fncall.raw")
 [[ -n $BASE ]] && "$BASE/dsec-run" rm --force "$FSBB" >/dev/null
@@ -739,6 +752,8 @@ want 3 && FE_RATE=$(awk -v m="$(mean "$RES/c3_forkexec")" 'BEGIN { printf("%.0f"
   if want 3; then
     row "3 fncall x$N_CALLS" "one --requests stream: $C3_RATE calls/s" c3_fncall
     row "3 fncall" "bare fork+execve+waitpid: $FE_RATE /s" c3_forkexec c3_fncall 1.3
+    row "3 fncall" "one stream, \"durable\": false (no fdatasync)" c3_volatile
+    row "3 fncall" "bare fork+exec (vs \"durable\": false)" c3_forkexec c3_volatile
     [[ -n $BASE ]] && row "3 fncall" "one stream, BENCH_BASE build ($BASE_BUILD)" c3_base c3_fncall
   fi
   if want 4; then
