@@ -204,11 +204,13 @@ struct init_ctx {
   /* fncall: the next call's process, made ahead (warm_spawn) */
   pid_t warm_pid;  /* 0: none */
   int warm_sock;   /* where its request goes */
-  bool warm_ready; /* it has made its mounts */
+  bool warm_ready; /* it has made its mounts and installed its filter */
   bool warm_off;   /* one failed to prepare: calls start as they come */
   bool premounted; /* (in that process) all its mounts are made */
   bool filtered;   /* (in that process) its seccomp filter is installed */
   int warm_lfd;    /* (in that process) the filter's listener, or -1 */
+  int warm_err;    /* (in that process) why the listener did not reach the
+                    * supervisor (errno), told by the command's process */
   char *workdir;   /* the spec's working directory */
 };
 
@@ -521,8 +523,11 @@ static void init_setup(struct init_ctx *c, json_t *spec)
   }
 }
 
-/* A seccomp filter's listener lfd, handed to the supervisor for exec xid
- * over fd 3 (init's control socket, still open here), and closed. */
+/* A seccomp filter's listener lfd (closed here), handed to the
+ * supervisor for exec xid over fd 3 (init's control socket, still open
+ * here).  *tells: the command's start is to be told on fd 3 (with a
+ * token, the socket stays open until the execve, close-on-exec, for
+ * exec_started); if not, the command's process closes it. */
 static int send_listener(struct init_ctx *c, int lfd, uint64_t xid,
                          bool *tells)
 {
@@ -531,11 +536,7 @@ static int send_listener(struct init_ctx *c, int lfd, uint64_t xid,
   int r = msg_send(3, m, &lfd, 1), e = errno;
   json_decref(m);
   close(lfd);
-  /* with a token, the socket stays until the execve (close-on-exec) for
-   * exec_started */
   *tells = r == 0 && c->token;
-  if (!*tells)
-    close(3);
   errno = e;
   return r;
 }
@@ -546,12 +547,16 @@ static int send_listener(struct init_ctx *c, int lfd, uint64_t xid,
  * fail silently. */
 static int install_filter(struct init_ctx *c, uint64_t xid, bool *tells)
 {
-  int lfd = dsec_seccomp_install(&c->filter, true);
+  int lfd = dsec_seccomp_install(&c->filter, true), r;
   *tells = false;
-  if (lfd >= 0)
-    return send_listener(c, lfd, xid, tells);
-  close(3);
-  return dsec_seccomp_install(&c->filter_plain, false);
+  if (lfd < 0) {
+    close(3);
+    return dsec_seccomp_install(&c->filter_plain, false);
+  }
+  r = send_listener(c, lfd, xid, tells);
+  if (!*tells)
+    close(3);
+  return r;
 }
 
 static void drop_privileges(struct init_ctx *c, uid_t uid, gid_t gid,
@@ -572,14 +577,26 @@ static void drop_privileges(struct init_ctx *c, uid_t uid, gid_t gid,
             gid, strerror(errno));
     _exit(125);
   }
-  /* (a call made ahead has its filter: warm_seal) */
-  if (syscall(SYS_capset, &h, d) < 0 ||
-      (!c->filtered && (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0 ||
-                        install_filter(c, xid, tells) < 0))) {
-    dprintf(STDERR_FILENO, "dsec: cannot drop privileges: %s\n",
-            strerror(errno));
-    _exit(125);
-  }
+  if (syscall(SYS_capset, &h, d) < 0)
+    goto fail;
+  if (c->filtered) {
+    /* a call made ahead: its filter is installed (warm_seal) and its
+     * listener went with the request (warm_run), from the call's reaper,
+     * which keeps fd 3 for the call's status */
+    if (c->warm_err) {
+      errno = c->warm_err;
+      goto fail;
+    }
+    if (!*tells)
+      close(3);
+  } else if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0 ||
+             install_filter(c, xid, tells) < 0)
+    goto fail;
+  return;
+fail:
+  dprintf(STDERR_FILENO, "dsec: cannot drop privileges: %s\n",
+          strerror(errno));
+  _exit(125);
 }
 
 /* fncall calls and exclusive execs get mount, pid and IPC namespaces of
@@ -1005,10 +1022,12 @@ static void warm_seal(struct init_ctx *c)
   c->filtered = true;
 }
 
-/* The call's request (req, with its pipes fds) in the call made ahead:
- * the listener to the supervisor first, as drop_privileges gives it in a
- * call started as it comes, and with the same error on the call's
- * stderr. */
+/* The call's request (req, with its pipes fds) in the call made ahead,
+ * whose process is to be the call's reaper: the listener to the
+ * supervisor first, which a call started as it comes gives in
+ * drop_privileges, where a failure to is told (on the call's stderr or
+ * terminal) as there.  Fd 3 stays: the reaper tells the call's status on
+ * it. */
 _Noreturn static void warm_run(struct init_ctx *c, json_t *req, int *fds)
 {
   struct exec_run r;
@@ -1016,12 +1035,8 @@ _Noreturn static void warm_run(struct init_ctx *c, json_t *req, int *fds)
 
   exec_prepare(c, req, fds, &r, &x);
   x.reset = true;
-  if (c->warm_lfd < 0)
-    close(3);
-  else if (send_listener(c, c->warm_lfd, r.xid, &r.tells) < 0) {
-    dprintf(fds[2], "dsec: cannot drop privileges: %s\n", strerror(errno));
-    _exit(125);
-  }
+  if (c->warm_lfd >= 0 && send_listener(c, c->warm_lfd, r.xid, &r.tells) < 0)
+    c->warm_err = errno ? errno : EIO;
   c->warm_lfd = -1;
   dsec_guest_exec(&x);
 }

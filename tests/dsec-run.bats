@@ -1003,6 +1003,28 @@ wait_warm() {
   wait_warm "$id" "$w" >/dev/null
 }
 
+@test "fncall: where the kernel refuses a listener, calls made ahead and as they come answer their command's status; denials fail without one" {
+  local id w rec
+  gcc -O2 -o "$BATS_TEST_TMPDIR/nolistener" "$DSEC_SRCDIR/tests/helpers/nolistener.c"
+  run --separate-stderr "$BATS_TEST_TMPDIR/nolistener" dsec-run create --image busybox:1 --backend fncall
+  [ "$status" -ne 77 ] || skip "nolistener does not know this architecture"
+  [ "$status" -eq 0 ] || { echo "create: $output $stderr" >&2; false; }
+  id=$(jq -r .id <<<"$output" | tee -a "$SB_IDS")
+  # the first call starts as it comes
+  run -3 --separate-stderr dsec-run exec "$id" -- sh -c 'echo hi; exit 3'
+  out_jq '.stdout == "hi\n" and .exit_code == 3'
+  w=$(wait_warm "$id")
+  # (no listener: its filter is the one without)
+  grep -qx 'Seccomp:[[:space:]]*2' "/proc/$w/status"
+  # the call made ahead answers its command's status, not its own
+  run -3 --separate-stderr dsec-run exec "$id" -- sh -c 'echo hi; exit 3'
+  out_jq '.stdout == "hi\n" and .exit_code == 3'
+  wait_warm "$id" "$w" >/dev/null
+  run -0 --separate-stderr dsec-run exec "$id" -- sh -c 'mount -t tmpfs x /mnt 2>/dev/null || echo refused'
+  out_jq '.stdout == "refused\n"'
+  run -0 --separate-stderr dsec-run exec "$id" -- true
+}
+
 @test "fncall: a call's status and signal are its command's; what it left is gone when it is answered" {
   local id
   id=$(sb_create --backend fncall --user 1000:1000)
