@@ -209,8 +209,6 @@ struct init_ctx {
   bool premounted; /* (in that process) all its mounts are made */
   bool filtered;   /* (in that process) its seccomp filter is installed */
   int warm_lfd;    /* (in that process) the filter's listener, or -1 */
-  int warm_err;    /* (in that process) why the listener did not reach the
-                    * supervisor (errno), told by the command's process */
   char *workdir;   /* the spec's working directory */
 };
 
@@ -577,26 +575,14 @@ static void drop_privileges(struct init_ctx *c, uid_t uid, gid_t gid,
             gid, strerror(errno));
     _exit(125);
   }
-  if (syscall(SYS_capset, &h, d) < 0)
-    goto fail;
-  if (c->filtered) {
-    /* a call made ahead: its filter is installed (warm_seal) and its
-     * listener went with the request (warm_run), from the call's reaper,
-     * which keeps fd 3 for the call's status */
-    if (c->warm_err) {
-      errno = c->warm_err;
-      goto fail;
-    }
-    if (!*tells)
-      close(3);
-  } else if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0 ||
-             install_filter(c, xid, tells) < 0)
-    goto fail;
-  return;
-fail:
-  dprintf(STDERR_FILENO, "dsec: cannot drop privileges: %s\n",
-          strerror(errno));
-  _exit(125);
+  /* (a call made ahead has its filter: warm_seal, warm_listener) */
+  if (syscall(SYS_capset, &h, d) < 0 ||
+      (!c->filtered && (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0 ||
+                        install_filter(c, xid, tells) < 0))) {
+    dprintf(STDERR_FILENO, "dsec: cannot drop privileges: %s\n",
+            strerror(errno));
+    _exit(125);
+  }
 }
 
 /* fncall calls and exclusive execs get mount, pid and IPC namespaces of
@@ -835,6 +821,8 @@ struct exec_run {
   const struct dsec_guest_exec *x;
   bool tells;    /* the listener is the supervisor's, and init's socket
                   * (3) still open: exec_started */
+  bool listener_at4; /* a call made ahead: its listener is at 4, not yet
+                      * the supervisor's (warm_listener) */
 };
 
 /* The command of an fncall call, in a child of its reaper that shares
@@ -865,6 +853,9 @@ _Noreturn static void call_run(struct exec_run *r, const char *cwd)
             strerror(errno));
     _exit(125);
   }
+  /* the listener was the command's to hand over */
+  if (r->x->keep_listener)
+    close(4);
   call_reap(cmd, -1, r->xid);
 }
 
@@ -878,10 +869,34 @@ static void exec_enter(void *ud, const char *cwd)
     call_run(r, cwd);
 }
 
+/* A call made ahead, in its command's process: its listener (at 4, see
+ * warm_run) goes to the supervisor with the command's start, one message
+ * less to wake it than a listener of its own (exec_started); where no
+ * start is told (a copy, or no token), it goes now, before anything the
+ * filter notifies.  Without a listener (warm_seal fell back to the filter
+ * without), as install_filter. */
+static void warm_listener(struct exec_run *r)
+{
+  if (!r->listener_at4)
+    r->tells = false;
+  else if (r->c->token && !r->x->builtin)
+    r->tells = true;
+  else if (send_listener(r->c, 4, r->xid, &r->tells) < 0) {
+    dprintf(STDERR_FILENO, "dsec: cannot drop privileges: %s\n",
+            strerror(errno));
+    _exit(125);
+  } else
+    r->listener_at4 = false;
+  if (!r->tells)
+    close(3);
+}
+
 static void exec_drop(void *ud, uid_t uid, gid_t gid)
 {
   struct exec_run *r = ud;
   drop_privileges(r->c, uid, gid, r->xid, uid == 0 ? r->caps : 0, &r->tells);
+  if (r->c->filtered)
+    warm_listener(r);
 }
 
 /* Before each execve of the command (with the token, so not notified):
@@ -908,9 +923,15 @@ static void exec_started(void *ud, const char *path, char *const argv[])
   m = json_pack("{s:s, s:I, s:o, s:o}", "op", "started", "xid",
                 (json_int_t) r->xid, "path", dsec_json_utf8(path, strlen(path)),
                 "argv", a);
-  if (!m || msg_send(3, m, NULL, 0) < 0)
+  /* a call made ahead's listener comes with its first start */
+  if (!m || msg_send(3, m, r->listener_at4 ? (int[]){ 4 } : NULL,
+                     r->listener_at4 ? 1 : 0) < 0)
     _exit(DSEC_EXIT_INTERNAL);
   json_decref(m);
+  if (r->listener_at4) {
+    close(4);
+    r->listener_at4 = false;
+  }
 }
 
 static void exec_last(void *ud)
@@ -1023,11 +1044,9 @@ static void warm_seal(struct init_ctx *c)
 }
 
 /* The call's request (req, with its pipes fds) in the call made ahead,
- * whose process is to be the call's reaper: the listener to the
- * supervisor first, which a call started as it comes gives in
- * drop_privileges, where a failure to is told (on the call's stderr or
- * terminal) as there.  Fd 3 stays: the reaper tells the call's status on
- * it. */
+ * whose process is to be the call's reaper: its listener stays at 4 for
+ * the command's process to hand over (warm_listener); fd 3 stays in the
+ * reaper, which tells the call's status on it. */
 _Noreturn static void warm_run(struct init_ctx *c, json_t *req, int *fds)
 {
   struct exec_run r;
@@ -1035,9 +1054,11 @@ _Noreturn static void warm_run(struct init_ctx *c, json_t *req, int *fds)
 
   exec_prepare(c, req, fds, &r, &x);
   x.reset = true;
-  if (c->warm_lfd >= 0 && send_listener(c, c->warm_lfd, r.xid, &r.tells) < 0)
-    c->warm_err = errno ? errno : EIO;
-  c->warm_lfd = -1;
+  if (c->warm_lfd >= 0) {
+    x.keep_listener = true;
+    x.listener = c->warm_lfd;
+    r.listener_at4 = true;
+  }
   dsec_guest_exec(&x);
 }
 
@@ -1251,10 +1272,15 @@ _Noreturn static void init_loop(struct init_ctx *c)
         }
         for (size_t i = 0; i < njobs; i++)
           if (jobs[i].pid == pid) {
-            json_t *m = json_pack("{s:s, s:I, s:i}", "op", "exited", "xid",
-                                  (json_int_t) jobs[i].xid, "status", status);
-            msg_send(c->sock, m, NULL, 0);
-            json_decref(m);
+            /* an fncall call's reaper that exits 0 has told the call's
+             * status itself (call_reap): the supervisor is not woken
+             * for a job it has ended */
+            if (!c->fncall || !WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+              json_t *m = json_pack("{s:s, s:I, s:i}", "op", "exited", "xid",
+                                    (json_int_t) jobs[i].xid, "status", status);
+              msg_send(c->sock, m, NULL, 0);
+              json_decref(m);
+            }
             jobs[i] = jobs[--njobs];
             break;
           }
@@ -1861,13 +1887,20 @@ static void init_message(struct dsec_engine *e, void *p, uint32_t events)
       for (int i = 0; i < nfds; i++)
         close(fds[i]);
     nfds = 0;
-  } else if (op && j && strcmp(op, "started") == 0) {
-    process_told(s, j, m, from);
+  } else if (op && strcmp(op, "started") == 0) {
+    /* a call made ahead gives its listener with its command's first
+     * start (warm_listener) */
+    if (nfds == 1) {
+      listener_add(s, fds[0], (uint64_t) json_integer_value(json_object_get(m, "xid")));
+      nfds = 0;
+    }
+    if (j)
+      process_told(s, j, m, from);
   } else if (op && j && strcmp(op, "status") == 0) {
     /* an fncall call's command ended, and every other process of the
-     * call is gone (call_reap): the call's end (init's "exited" for its
-     * reaper, which follows, finds no job).  The status as a relay gives
-     * it: a signal's number, or the exit code. */
+     * call is gone (call_reap): the call's end (init tells no "exited"
+     * for a reaper that exits 0 after this).  The status as a relay
+     * gives it: a signal's number, or the exit code. */
     int status = (int) json_integer_value(json_object_get(m, "status"));
     job_ended(s, j, WIFSIGNALED(status) ? WTERMSIG(status) : status, NULL);
   } else if (op && j && strcmp(op, "exited") == 0) {

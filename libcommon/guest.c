@@ -406,11 +406,15 @@ _Noreturn void dsec_guest_exec(const struct dsec_guest_exec *x)
   } else if (dup2(x->fds[0], 0) < 0 || dup2(x->fds[1], 1) < 0 ||
              dup2(x->fds[2], 2) < 0)
     _exit(DSEC_EXIT_INTERNAL);
-  /* everything inherited goes, but the backend's channel at 3 */
+  /* everything inherited goes, but the backend's channel at 3 (and the
+   * listener at 4) */
   if (x->keep >= 0) {
     if (x->keep != 3 && dup2(x->keep, 3) < 0)
       _exit(DSEC_EXIT_INTERNAL);
-    syscall(SYS_close_range, 4U, ~0U, 0U);
+    if (x->keep_listener && x->listener != 4 &&
+        dup3(x->listener, 4, O_CLOEXEC) < 0)
+      _exit(DSEC_EXIT_INTERNAL);
+    syscall(SYS_close_range, x->keep_listener ? 5U : 4U, ~0U, 0U);
   } else
     syscall(SYS_close_range, 3U, ~0U, 0U);
   if (!x->argv || !x->argv[0] || !x->envp)

@@ -82,6 +82,10 @@ struct dsec_guest_exec {
   void (*started)(void *ud, const char *path, char *const argv[]);
   /* The process already had dsec_guest_exec_reset. */
   bool reset;
+  /* With keep: listener is left open at 4 too (close-on-exec), for the
+   * backend to hand over (a seccomp filter's listener installed ahead). */
+  bool keep_listener;
+  int listener;
 };
 
 /* What dsec_guest_exec does first, for a process made ready ahead of its
