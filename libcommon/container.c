@@ -819,8 +819,9 @@ struct exec_run {
   int life; /* the relay's pipe (call_enter), or -1 */
   uint32_t caps; /* kept (the sandbox's root copying files), else 0 */
   const struct dsec_guest_exec *x;
-  bool tells;    /* the listener is the supervisor's, and init's socket
-                  * (3) still open: exec_started */
+  bool tells;    /* the listener is the supervisor's (or goes with the
+                  * first start, listener_at4), and init's socket (3)
+                  * still open: exec_started */
   bool listener_at4; /* a call made ahead: its listener is at 4, not yet
                       * the supervisor's (warm_listener) */
 };
@@ -923,10 +924,15 @@ static void exec_started(void *ud, const char *path, char *const argv[])
   m = json_pack("{s:s, s:I, s:o, s:o}", "op", "started", "xid",
                 (json_int_t) r->xid, "path", dsec_json_utf8(path, strlen(path)),
                 "argv", a);
-  /* a call made ahead's listener comes with its first start */
+  /* a call made ahead's listener comes with its first start; a failure to
+   * hand it over is told as in a call started as it comes */
   if (!m || msg_send(3, m, r->listener_at4 ? (int[]){ 4 } : NULL,
-                     r->listener_at4 ? 1 : 0) < 0)
+                     r->listener_at4 ? 1 : 0) < 0) {
+    if (r->listener_at4)
+      dprintf(STDERR_FILENO, "dsec: cannot drop privileges: %s\n",
+              strerror(errno));
     _exit(DSEC_EXIT_INTERNAL);
+  }
   json_decref(m);
   if (r->listener_at4) {
     close(4);
@@ -1026,8 +1032,9 @@ static pid_t call_clone(void)
  * checks, translates and compiles it, then runs it for every system call
  * number to cache the ones it always allows) was the largest step left
  * between a call's request and its command.  Its listener goes to the
- * supervisor with the request (warm_run).  The filter denies mount(2):
- * every mount of the call is made before (warm_fits). */
+ * supervisor from the command's process (warm_run, warm_listener).  The
+ * filter denies mount(2): every mount of the call is made before
+ * (warm_fits). */
 static void warm_seal(struct init_ctx *c)
 {
   dsec_guest_exec_reset();
@@ -1058,6 +1065,7 @@ _Noreturn static void warm_run(struct init_ctx *c, json_t *req, int *fds)
     x.keep_listener = true;
     x.listener = c->warm_lfd;
     r.listener_at4 = true;
+    c->warm_lfd = -1;
   }
   dsec_guest_exec(&x);
 }
@@ -1679,6 +1687,9 @@ struct cjob {
   pid_t xpid;           /* an exclusive exec: its relay, our child (else 0) */
   int xsock;            /* ... and the socket its seccomp listener comes on */
   struct dsec_watch w_xsock;
+  bool told;            /* an fncall call: its reaper told its status (an
+                         * "exited" after that, of a reaper killed before
+                         * it could exit, is not the call's) */
 };
 
 static double now_ms(void) { return dsec_now_ms(); }
@@ -1888,8 +1899,8 @@ static void init_message(struct dsec_engine *e, void *p, uint32_t events)
         close(fds[i]);
     nfds = 0;
   } else if (op && strcmp(op, "started") == 0) {
-    /* a call made ahead gives its listener with its command's first
-     * start (warm_listener) */
+    /* a call made ahead's listener comes with its command's first start
+     * (exec_started, warm_listener) */
     if (nfds == 1) {
       listener_add(s, fds[0], (uint64_t) json_integer_value(json_object_get(m, "xid")));
       nfds = 0;
@@ -1902,8 +1913,9 @@ static void init_message(struct dsec_engine *e, void *p, uint32_t events)
      * for a reaper that exits 0 after this).  The status as a relay
      * gives it: a signal's number, or the exit code. */
     int status = (int) json_integer_value(json_object_get(m, "status"));
+    cjob(j)->told = true;
     job_ended(s, j, WIFSIGNALED(status) ? WTERMSIG(status) : status, NULL);
-  } else if (op && j && strcmp(op, "exited") == 0) {
+  } else if (op && j && strcmp(op, "exited") == 0 && !cjob(j)->told) {
     job_ended(s, j, (int) json_integer_value(json_object_get(m, "status")), NULL);
   } else if (op && j && strcmp(op, "error") == 0) {
     job_ended(s, j, 0, json_string_value(json_object_get(m, "msg")) ?: "exec failed");

@@ -411,8 +411,9 @@ _Noreturn void dsec_guest_exec(const struct dsec_guest_exec *x)
   if (x->keep >= 0) {
     if (x->keep != 3 && dup2(x->keep, 3) < 0)
       _exit(DSEC_EXIT_INTERNAL);
-    if (x->keep_listener && x->listener != 4 &&
-        dup3(x->listener, 4, O_CLOEXEC) < 0)
+    if (x->keep_listener &&
+        (x->listener <= 3 ||
+         (x->listener != 4 && dup3(x->listener, 4, O_CLOEXEC) < 0)))
       _exit(DSEC_EXIT_INTERNAL);
     syscall(SYS_close_range, x->keep_listener ? 5U : 4U, ~0U, 0U);
   } else

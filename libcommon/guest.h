@@ -82,8 +82,9 @@ struct dsec_guest_exec {
   void (*started)(void *ud, const char *path, char *const argv[]);
   /* The process already had dsec_guest_exec_reset. */
   bool reset;
-  /* With keep: listener is left open at 4 too (close-on-exec), for the
-   * backend to hand over (a seccomp filter's listener installed ahead). */
+  /* With keep: listener (above 3: 0 to 2 are filled first) is left open
+   * at 4 too, close-on-exec, for the backend to hand over (a seccomp
+   * filter's listener installed ahead). */
   bool keep_listener;
   int listener;
 };
