@@ -206,8 +206,8 @@ struct init_ctx {
   int warm_sock;   /* where its request goes */
   bool warm_ready; /* it has made its mounts and installed its filter */
   bool warm_off;   /* one failed to prepare: calls start as they come */
-  bool premounted; /* (in that process) all its mounts are made */
-  bool filtered;   /* (in that process) its seccomp filter is installed */
+  bool ahead;      /* (in that process) a call made ahead: all its mounts
+                    * are made and its filter installed (warm_spawn) */
   int warm_lfd;    /* (in that process) the filter's listener, or -1 */
   char *workdir;   /* the spec's working directory */
 };
@@ -539,22 +539,38 @@ static int send_listener(struct init_ctx *c, int lfd, uint64_t xid,
   return r;
 }
 
-/* The seccomp filter, with a user-notification listener handed to the
- * supervisor: the supervisor answers denied calls with their error and
- * records them.  Without a listener (the kernel refuses one), denials
- * fail silently. */
+/* The seccomp filter with a user-notification listener (*lfd), or where
+ * the kernel refuses one the filter without (*lfd -1: denials then fail
+ * silently).  -1 with errno when neither can be installed. */
+static int filter_in(struct init_ctx *c, int *lfd)
+{
+  *lfd = dsec_seccomp_install(&c->filter, true);
+  return *lfd >= 0 ? 0 : dsec_seccomp_install(&c->filter_plain, false);
+}
+
+/* The seccomp filter, its listener handed to the supervisor, which
+ * answers denied calls with their error and records them. */
 static int install_filter(struct init_ctx *c, uint64_t xid, bool *tells)
 {
-  int lfd = dsec_seccomp_install(&c->filter, true), r;
+  int lfd, r = filter_in(c, &lfd), e;
   *tells = false;
-  if (lfd < 0) {
-    close(3);
-    return dsec_seccomp_install(&c->filter_plain, false);
-  }
-  r = send_listener(c, lfd, xid, tells);
+  if (r == 0 && lfd >= 0)
+    r = send_listener(c, lfd, xid, tells);
+  e = errno;
   if (!*tells)
     close(3);
+  errno = e;
   return r;
+}
+
+/* The capabilities no exec keeps: the bounding set (unless init emptied
+ * it for all its children) and the ambient set. */
+static void drop_unkept(struct init_ctx *c)
+{
+  if (!c->bset_dropped)
+    for (int cap = 0; cap <= c->last_cap; cap++)
+      prctl(PR_CAPBSET_DROP, cap, 0, 0, 0);
+  prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0);
 }
 
 static void drop_privileges(struct init_ctx *c, uid_t uid, gid_t gid,
@@ -563,10 +579,8 @@ static void drop_privileges(struct init_ctx *c, uid_t uid, gid_t gid,
   struct __user_cap_header_struct h = { _LINUX_CAPABILITY_VERSION_3, 0 };
   struct __user_cap_data_struct d[2] = { { keep, keep, 0 } };
 
-  if (!c->bset_dropped)
-    for (int cap = 0; cap <= c->last_cap; cap++)
-      prctl(PR_CAPBSET_DROP, cap, 0, 0, 0);
-  prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0);
+  if (!c->ahead) /* (done: warm_seal) */
+    drop_unkept(c);
   /* rootless, setgroups is denied in the user namespace (EPERM) and the
    * supplementary groups are the host user's, unmapped */
   if ((setgroups(0, NULL) < 0 && errno != EPERM) ||
@@ -577,8 +591,8 @@ static void drop_privileges(struct init_ctx *c, uid_t uid, gid_t gid,
   }
   /* (a call made ahead has its filter: warm_seal, warm_listener) */
   if (syscall(SYS_capset, &h, d) < 0 ||
-      (!c->filtered && (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0 ||
-                        install_filter(c, xid, tells) < 0))) {
+      (!c->ahead && (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0 ||
+                     install_filter(c, xid, tells) < 0))) {
     dprintf(STDERR_FILENO, "dsec: cannot drop privileges: %s\n",
             strerror(errno));
     _exit(125);
@@ -780,7 +794,7 @@ static void call_workdir_mount(struct init_ctx *c, const char *workdir)
  * made ahead has them all (warm_spawn, warm_fits). */
 static void call_mounts(struct init_ctx *c, const char *workdir)
 {
-  if (c->premounted)
+  if (c->ahead)
     return;
   call_base_mounts(c);
   call_workdir_mount(c, workdir);
@@ -896,7 +910,7 @@ static void exec_drop(void *ud, uid_t uid, gid_t gid)
 {
   struct exec_run *r = ud;
   drop_privileges(r->c, uid, gid, r->xid, uid == 0 ? r->caps : 0, &r->tells);
-  if (r->c->filtered)
+  if (r->c->ahead)
     warm_listener(r);
 }
 
@@ -1038,16 +1052,10 @@ static pid_t call_clone(void)
 static void warm_seal(struct init_ctx *c)
 {
   dsec_guest_exec_reset();
-  if (!c->bset_dropped)
-    for (int cap = 0; cap <= c->last_cap; cap++)
-      prctl(PR_CAPBSET_DROP, cap, 0, 0, 0);
-  prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0);
-  if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0)
+  drop_unkept(c);
+  if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0 ||
+      filter_in(c, &c->warm_lfd) < 0)
     _exit(DSEC_EXIT_INTERNAL);
-  c->warm_lfd = dsec_seccomp_install(&c->filter, true);
-  if (c->warm_lfd < 0 && dsec_seccomp_install(&c->filter_plain, false) < 0)
-    _exit(DSEC_EXIT_INTERNAL);
-  c->filtered = true;
 }
 
 /* The call's request (req, with its pipes fds) in the call made ahead,
@@ -1128,8 +1136,8 @@ static void warm_spawn(struct init_ctx *c, char *buf)
    * call as it comes, and the call tells the failure */
   call_base_mounts(c);
   call_workdir_mount(c, c->workdir);
-  c->premounted = true;
   warm_seal(c);
+  c->ahead = true;
   if (write(sp[1], "r", 1) != 1)
     _exit(DSEC_EXIT_INTERNAL);
   req = msg_recv(sp[1], buf, MSG_MAX, fds, &nfds);
