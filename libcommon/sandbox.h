@@ -83,6 +83,11 @@ void dsec_sandbox_remove_files(const char *id, json_t *spec);
  * dsec_sandbox_remove_files. */
 void dsec_sandbox_remove_files_after(const char *id, json_t *spec, int after);
 void dsec_sandbox_remove_background(bool on);
+/* For a caller that exits once its removals are handed over (dsec-run rm
+ * and run): the detached remover is its own child, which it waits for
+ * only until it has closed the caller's descriptors (no process in
+ * between); not for one that lives on (it would keep a zombie each). */
+void dsec_sandbox_remove_unwaited(bool on);
 /* Stops the sandbox and removes it: asks a running supervisor to shut
  * down (at once with force) and waits until it says it stopped (its
  * processes and cgroups are gone), or for its exit: SIGKILLs it after

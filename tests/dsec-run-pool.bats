@@ -142,6 +142,26 @@ start_pool() {
   rm -rf "$DSEC_ROOT/pools/not-a-key" "$DSEC_ROOT/pools/${key//?/0}"
 }
 
+@test "pool: the supervisors of the sandboxes it made are reaped once they end" {
+  start_pool --image busybox:1 --size 1
+  pool_ready 1
+  local i zombies pooled
+  for i in 1 2 3; do
+    pooled=$(ls "$DSEC_ROOT"/pools/*/ready)
+    run -0 --separate-stderr dsec-run run --rm --image busybox:1 -- true
+    grep -qx "$(jq -r .id <<<"$output")" <<<"$pooled"
+    pool_ready 1
+  done
+  # each claimed sandbox's supervisor has exited by now or does soon; the
+  # pool (their parent) leaves none of them a zombie
+  for i in $(seq 50); do
+    zombies=$(ps -o stat= --ppid "$POOL_PID" | grep -c '^Z' || true)
+    [ "$zombies" -eq 0 ] && break
+    sleep 0.1
+  done
+  [ "$zombies" -eq 0 ] || { ps -o pid,stat,comm --ppid "$POOL_PID" >&2; false; }
+}
+
 @test "pool: usage errors" {
   run -2 --separate-stderr dsec-run pool --image busybox:1 --size 0
   run -2 --separate-stderr dsec-run pool --image busybox:1 extra-argument

@@ -3946,7 +3946,15 @@ static int do_pool(struct opts *o, struct dsec_error **err)
   for (;;) {
     _cleanup_json_ json_t *alive = json_array();
     struct pollfd pf = { sfd, POLLIN, 0 };
-    int have = pool_ready_count(ready, alive);
+    int have;
+
+    /* the supervisors of the sandboxes made here are our children: those
+     * that ended (their sandbox claimed and removed) are reaped, or the
+     * pool would keep a zombie for each.  Between creates no other child
+     * of ours is running */
+    while (waitpid(-1, NULL, WNOHANG) > 0)
+      ;
+    have = pool_ready_count(ready, alive);
 
     for (; have < o->count; have++) {
       _cleanup_error_ struct dsec_error *e = NULL;
@@ -4116,6 +4124,10 @@ int dsec_front_main(int argc, char **argv, const struct dsec_front *front)
   status = parse(argc, argv, &o, &exit_now);
   if (status || exit_now)
     goto done;
+  /* rm and run exit once their removals are handed over: their remover
+   * needs no process in between (serve and pool live on) */
+  if (strcmp(o.verb->name, "rm") == 0 || strcmp(o.verb->name, "run") == 0)
+    dsec_sandbox_remove_unwaited(true);
   if (o.verb->run(&o, &cmd_status, &err) < 0) {
     status = dsec_cli_error(steal_pointer(&err));
     /* exec and run: a failure of dsec itself is 125, bad input stays 3 */
