@@ -1977,6 +1977,16 @@ static void ctr_stop(struct dsec_engine *e)
   if (s->stage1_pid > 0)
     kill(s->stage1_pid, SIGKILL);
   if (s->init_pid > 0) {
+    /* init's mount namespace is held until we exit (our callers exit
+     * next): its teardown, which waits for an expedited RCU grace period
+     * (~0.5 ms here), then comes after rm has its answer instead of
+     * before.  Nobody is left in it; its mounts go with our exit, and
+     * the files under them are removed only after that (rm's remover
+     * waits for it) */
+    char ns[64];
+    snprintf(ns, sizeof ns, "/proc/%d/ns/mnt", (int) s->init_pid);
+    if (open(ns, O_RDONLY | O_CLOEXEC) < 0)
+      dsec_log(DSEC_LOG_DEBUG, errno, "cannot hold %s", ns);
     kill(s->init_pid, SIGKILL);
     while (waitpid(s->init_pid, NULL, 0) < 0 && errno == EINTR)
       ;
