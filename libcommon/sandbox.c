@@ -538,6 +538,12 @@ static void remove_detached(char **paths, int *fds, int n, int after)
     sigset_t none;
     int null;
 
+    /* out of the caller's session and process group first: once shut
+     * is closed (below), a signal to the caller's group misses us */
+    sigemptyset(&none);
+    sigprocmask(SIG_SETMASK, &none, NULL);
+    setsid();
+    prctl(PR_SET_NAME, "dsec-rm");
     /* the locks to 3 and up, then after, nothing else open but /dev/null
      * on 0-2: they are copied above 4 + n first (one of them may be 0-2,
      * or where another goes); shut goes with the rest */
@@ -553,10 +559,6 @@ static void remove_detached(char **paths, int *fds, int n, int after)
     if (after >= 0)
       after = dup2(after, 3 + n);
     close_range(3 + (unsigned) n + (after >= 0), ~0U, 0);
-    sigemptyset(&none);
-    sigprocmask(SIG_SETMASK, &none, NULL);
-    setsid();
-    prctl(PR_SET_NAME, "dsec-rm");
     /* the remover is our child's child, or we are it; without a fork,
      * the child removes (and the caller waits) */
     if (!unwaited && fork() > 0)

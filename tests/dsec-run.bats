@@ -696,6 +696,24 @@ EOF_
   [ -z "$(ls -A "$DSEC_ROOT/removing")" ]
 }
 
+@test "rm: its remover is out of rm's process group when rm returns: a kill of that group does not stop the removal" {
+  local id
+  id=$(sb_create)
+  run -0 --separate-stderr dsec-run exec "$id" -- \
+    sh -c 'mkdir /w && for i in $(seq 2000); do echo x >/w/$i; done'
+  # the group of a caller that rm answered is killed at once (as a
+  # harness's timeout kills a process group)
+  run -137 setsid bash -c 'dsec-run rm "$1" >/dev/null && kill -KILL 0' _ "$id"
+  sb_gone "$id"
+  # the files go all the same: the remover finishes
+  local i
+  for i in $(seq 100); do
+    [ -z "$(ls -A "$DSEC_ROOT/removing")$(ls -A "$DSEC_RUN/removing")" ] && break
+    sleep 0.1
+  done
+  [ -z "$(ls -A "$DSEC_ROOT/removing")$(ls -A "$DSEC_RUN/removing")" ]
+}
+
 @test "rm's shutdown (\"remove\":true) does not record the end; a plain shutdown does" {
   local a b
   a=$(sb_create)
