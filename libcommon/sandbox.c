@@ -526,8 +526,8 @@ static void remove_dir(bool bg, const char *top, const char *path,
  * dsec_sandbox_remove_unwaited(true), the caller's own child, left to be
  * reaped by whoever inherits it when the caller exits: the caller then
  * waits only until it has closed the caller's descriptors (the end of
- * a pipe, shut when they are).  That spares the rm a fork, an exit and a
- * wait (~0.5 ms of `run --rm` claiming from a pool here). */
+ * a pipe, shut when they are): a fork, an exit and a wait less on rm's
+ * path. */
 static void remove_detached(char **paths, int *fds, int n, int after)
 {
   int shut[2] = { -1, -1 };
