@@ -58,6 +58,7 @@
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/statfs.h>
+#include <sys/statvfs.h>
 #include <sys/syscall.h>
 #include <sys/uio.h>
 #include <sys/un.h>
@@ -187,6 +188,8 @@ struct init_ctx {
   int sock;
   bool fncall;
   bool sys_shared; /* /sys is the host's shared sysfs, attached already */
+  bool templated;  /* the mount namespace is the template's copy: its root
+                    * is the sandbox's, the device nodes are bound */
   struct dsec_bpf filter;        /* denials go to a listener (audited) */
   struct dsec_bpf filter_plain;  /* denials fail at once (no listener) */
   int last_cap;
@@ -236,6 +239,7 @@ static const char *const masked_paths[] = {
  * directory bound over masked directories */
 #define MASKS ".dsec"
 #define MASK_DIR MASKS "/dir"
+#define MASK_EMPTY MASKS "/empty"
 
 /* The sandbox's /dev (make_dev): the host's device nodes bound over
  * empty files (a user namespace cannot mknod), and links */
@@ -310,6 +314,14 @@ static int mount_in_root(const char *fstype, const char *path, uint64_t attrs)
 }
 
 
+/* The mount at path is read-only, nosuid, nodev and noexec. */
+static bool mask_flags_set(const char *path)
+{
+  const unsigned long all = ST_RDONLY | ST_NOSUID | ST_NODEV | ST_NOEXEC;
+  struct statvfs sv;
+  return statvfs(path, &sv) == 0 && (sv.f_flag & all) == all;
+}
+
 /* Masks run inside the sandbox's root (after pivot_root), so no path can
  * lead out of it.  Files get a watched empty file (or /dev/null),
  * directories the mask file system's empty directory: a bind, not a tmpfs
@@ -333,21 +345,24 @@ static int mask_paths(const char **failed)
     if (lstat(p, &st) < 0)
       continue;
     /* an empty file of its own that the supervisor watches (fanotify):
-     * opening a masked file is recorded; the empty /dev/null file (the
-     * real one is bound over it later) for a file it made none for.  The
-     * supervisor made them in the sandbox's /dev (make_dev), never files
-     * of the image or of a checkpoint. */
+     * opening a masked file is recorded; an empty file nobody watches for
+     * a file it made none for.  The supervisor made them in the sandbox's
+     * /dev (make_dev), never files of the image or of a checkpoint. */
     if (S_ISDIR(st.st_mode))
       snprintf(src, sizeof src, "/dev/%s", MASK_DIR);
     else
       snprintf(src, sizeof src, "/dev/%s/%zu", MASKS, i);
     r = mount(src, p, NULL, MS_BIND, NULL);
     if (r < 0 && errno == ENOENT && !S_ISDIR(st.st_mode))
-      r = mount("/dev/null", p, NULL, MS_BIND, NULL);
-    /* read-only as its source mount is; said again with the rest */
-    if (r < 0 || mount(NULL, p, NULL, MS_REMOUNT | MS_BIND | MS_RDONLY |
-                                        MS_NOSUID | MS_NODEV | MS_NOEXEC,
-                       NULL) < 0) {
+      r = mount("/dev/" MASK_EMPTY, p, NULL, MS_BIND, NULL);
+    /* a bind has its source mount's flags: /dev's read-only, nosuid,
+     * nodev, noexec (make_dev), checked, then said again only where one
+     * is missing (a remount takes the host's global mount lock: ~20 a
+     * sandbox, and every exclusive exec's) */
+    if (r == 0 && !mask_flags_set(p))
+      r = mount(NULL, p, NULL, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID |
+                                 MS_NODEV | MS_NOEXEC, NULL);
+    if (r < 0) {
       /* a sandbox or an exec without its masks does not start */
       *failed = p;
       return -1;
@@ -381,7 +396,8 @@ static void open_dev_trees(struct dev_trees *d, int sock)
 }
 
 /* After pivot_root, in the /dev the supervisor made (make_dev): the
- * host's device nodes and a devpts of the sandbox's own. */
+ * host's device nodes (which the supervisor binds itself where the
+ * namespace is the template's: no host path is seen here then). */
 static void setup_dev(struct dev_trees *d, int sock)
 {
   for (size_t i = 0; i < ARRAY_SIZE(dev_nodes); i++) {
@@ -390,9 +406,6 @@ static void setup_dev(struct dev_trees *d, int sock)
     if (attach(d->fd[i], path) < 0)
       die_init(sock, "cannot bind %s", path);
   }
-  /* without it, /dev/ptmx leads nowhere and no terminal can be had */
-  mount("devpts", "/dev/pts", "devpts", MS_NOSUID | MS_NOEXEC,
-        "newinstance,ptmxmode=0666,mode=620");
 }
 
 
@@ -464,18 +477,21 @@ static void init_setup(struct init_ctx *c, json_t *spec)
   c->workdir = xstrdup(workdir ? workdir : "/");
   if (mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) < 0)
     die_init(c->sock, "cannot make mounts private");
-  /* the mounts we inherited are locked to this namespace; pivot_root needs
-   * a root mount of our own: a recursive copy of the root, attached on
-   * itself */
-  t = (int) syscall(SYS_open_tree, AT_FDCWD, ".",
-                    OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC | AT_RECURSIVE);
-  if (t < 0 || syscall(SYS_move_mount, t, "", AT_FDCWD, ".",
-                       MOVE_MOUNT_F_EMPTY_PATH) < 0 || fchdir(t) < 0)
-    die_init(c->sock, "cannot bind the root file system");
-  close(t);
-  open_dev_trees(&dev, c->sock);
+  if (!c->templated) {
+    /* the mounts we inherited are locked to this namespace; pivot_root
+     * needs a root mount of our own: a recursive copy of the root,
+     * attached on itself */
+    t = (int) syscall(SYS_open_tree, AT_FDCWD, ".",
+                      OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC | AT_RECURSIVE);
+    if (t < 0 || syscall(SYS_move_mount, t, "", AT_FDCWD, ".",
+                         MOVE_MOUNT_F_EMPTY_PATH) < 0 || fchdir(t) < 0)
+      die_init(c->sock, "cannot bind the root file system");
+    close(t);
+    open_dev_trees(&dev, c->sock);
+  }
   /* proc and sysfs while the host's are still visible (the kernel allows
-   * a new one only then), at paths resolved inside the root */
+   * a new one only then; the template's hidden ones count), at paths
+   * resolved inside the root */
   mkdirat(AT_FDCWD, "proc", 0555);
   mkdirat(AT_FDCWD, "sys", 0555);
   if (mount_in_root("proc", "proc", MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV |
@@ -491,9 +507,12 @@ static void init_setup(struct init_ctx *c, json_t *spec)
                     MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV |
                       MOUNT_ATTR_NOEXEC) < 0)
     die_init(c->sock, "cannot mount /sys");
-  if (syscall(SYS_pivot_root, ".", ".") < 0 || umount2(".", MNT_DETACH) < 0 ||
-      chdir("/") < 0)
+  /* (the template's copy has the sandbox's root for its own already) */
+  if (!c->templated &&
+      (syscall(SYS_pivot_root, ".", ".") < 0 || umount2(".", MNT_DETACH) < 0))
     die_init(c->sock, "cannot pivot_root");
+  if (chdir("/") < 0)
+    die_init(c->sock, "cannot enter the root file system");
 
   /* from here on every path is the sandbox's; the masks first, while
    * /dev/null is still an empty file of ours (their fallback) */
@@ -502,7 +521,11 @@ static void init_setup(struct init_ctx *c, json_t *spec)
     if (mask_paths(&bad) < 0)
       die_init(c->sock, "cannot mask %s", bad);
   }
-  setup_dev(&dev, c->sock);
+  if (!c->templated)
+    setup_dev(&dev, c->sock);
+  /* without it, /dev/ptmx leads nowhere and no terminal can be had */
+  mount("devpts", "/dev/pts", "devpts", MS_NOSUID | MS_NOEXEC,
+        "newinstance,ptmxmode=0666,mode=620");
   mkdirs("/tmp", 01777);
   if (workdir && strcmp(workdir, "/") != 0)
     mkdirs(workdir, 0755);
@@ -1396,6 +1419,10 @@ struct stage1_args {
   int netns_fd;  /* a world's service: its world's network namespace (the
                   * agent's), joined instead of a new one; else -1 */
   bool sys_shared; /* the supervisor attaches the shared sysfs at /sys */
+  bool templated;  /* "go" brings the sandbox's mount namespace (made from
+                    * the template: template_ns), not its root */
+  int last_cap;    /* read while the host's /proc is ours to read */
+  int suid_dumpable;
   int cg_fds[DSEC_CG_N]; /* the sandbox's cgroups, which stage1 moves
                           * itself into (dsec_cgroup_join); -1: none */
 };
@@ -1474,7 +1501,8 @@ static int suid_dumpable(void)
 _Noreturn static void run_init(struct stage1_args *a)
 {
   struct init_ctx c = { .sock = a->sock, .fncall = a->fncall, .warm_lfd = -1,
-                        .sys_shared = a->sys_shared };
+                        .sys_shared = a->sys_shared,
+                        .templated = a->templated };
   _cleanup_error_ struct dsec_error *err = NULL;
   json_t *ready;
 
@@ -1492,8 +1520,8 @@ _Noreturn static void run_init(struct stage1_args *a)
     syscall(SYS_close_range, 4U, ~0U, 0U);
     fcntl(3, F_SETFD, FD_CLOEXEC);
   }
-  c.last_cap = last_cap();
-  c.vfork_ok = suid_dumpable() != 1;
+  c.last_cap = a->last_cap;
+  c.vfork_ok = a->suid_dumpable != 1;
   c.tmp_size = xstrdup("mode=1777,size=268435456");
   /* the exec's own start is told by its child (exec_started), not
    * notified: a round trip to the supervisor less per exec.  A secret of
@@ -1557,6 +1585,8 @@ _Noreturn static void stage1(struct stage1_args *a)
               CLONE_NEWUTS | CLONE_NEWCGROUP;
 
   prctl(PR_SET_PDEATHSIG, SIGKILL);
+  a->last_cap = last_cap();
+  a->suid_dumpable = suid_dumpable();
   if (a->netns_fd >= 0) {
     /* a world's service: the world's network (the agent's namespace),
      * joined while we are still the host's root; the rest of the
@@ -1616,9 +1646,16 @@ _Noreturn static void stage1(struct stage1_args *a)
   if (setresgid(0, 0, 0) < 0 || (setgroups(0, NULL) < 0 && errno != EPERM) ||
       setresuid(0, 0, 0) < 0)
     die_init(a->sock, "cannot become root in the user namespace");
-  /* enter the root while we share the supervisor's mounts: unshare below
-   * carries the working directory over to the copy in the new namespace */
-  if (fchdir(a->rootfd) < 0)
+  if (a->templated) {
+    /* the sandbox's own mount namespace, whose root is the sandbox's
+     * (setns puts us there) */
+    if (setns(a->rootfd, CLONE_NEWNS) < 0)
+      die_init(a->sock, "cannot enter the sandbox's mount namespace");
+    flags &= ~CLONE_NEWNS;
+  } else if (fchdir(a->rootfd) < 0)
+    /* enter the root while we share the supervisor's mounts: unshare
+     * below carries the working directory over to the copy in the new
+     * namespace */
     die_init(a->sock, "cannot enter the root file system");
   close(a->rootfd);
   a->rootfd = -1;
@@ -1655,12 +1692,15 @@ struct sup {
   int isock;            /* init's control socket */
   int isock_sndbuf;     /* its SO_SNDBUF, bytes */
   pid_t init_pid, stage1_pid;
+  pid_t ns_helper;      /* template_ns's child, reaped once init is up */
   bool fncall;
   bool rootless;        /* not root: a user namespace of our own, no idmaps */
   int proxy_lfd;        /* proxy mode: the sandbox's 127.0.0.1:3128 */
   int fan_fd;           /* fanotify on the mask files, or -1 */
   int sysfs_fd;         /* the host's shared sysfs, a clone to attach at
                          * the root's /sys, or -1: init mounts its own */
+  int rootns_fd;        /* the template mount namespace, or -1: init
+                         * pivot_roots out of a copy of ours */
   struct file_handle **mask_fh; /* each masked_paths entry's file, or NULL */
   char *audit_off;      /* why opens of masked files are not recorded */
   json_t *landlock;     /* what Landlock enforces (init's report), or NULL */
@@ -2542,6 +2582,29 @@ static int mask_group(struct sup *s)
   return fd;
 }
 
+/* The host's device nodes bound over their empty files in the sandbox's
+ * /dev (dev, attached): init's work (setup_dev) where it pivot_roots, in
+ * sight of the host's /dev; ours where its namespace is the template's.
+ * -1 with errno. */
+static int bind_dev_nodes(int dev)
+{
+  for (size_t i = 0; i < ARRAY_SIZE(dev_nodes); i++) {
+    char host[64];
+    int t, r;
+    snprintf(host, sizeof host, "/dev/%s", dev_nodes[i]);
+    t = (int) syscall(SYS_open_tree, AT_FDCWD, host,
+                      OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC);
+    if (t < 0)
+      return -1;
+    r = (int) syscall(SYS_move_mount, t, "", dev, dev_nodes[i],
+                      MOVE_MOUNT_F_EMPTY_PATH);
+    close(t);
+    if (r < 0)
+      return -1;
+  }
+  return 0;
+}
+
 /* The sandbox's /dev, its masks and its /dev/shm: one tmpfs, made here
  * and mounted over the root's /dev (ours, whatever the image or a
  * checkpoint put there), where init finds it after pivot_root.  One file
@@ -2665,8 +2728,16 @@ static int make_dev(struct sup *s, struct dsec_error **err)
     }
     close(fd);
   }
-  /* mode 0555, the supervisor's, on a mount that is read-only: nothing in
-   * the sandbox can put a file in it */
+  /* the masks' file where it made none (mask_paths); then mode 0555, the
+   * supervisor's, on a mount that is read-only: nothing in the sandbox
+   * can put a file in it */
+  {
+    int fd = openat(masks, "empty",
+                    O_CREAT | O_EXCL | O_WRONLY | O_NOFOLLOW | O_CLOEXEC, 0444);
+    if (fd < 0)
+      return dsec_fail(err, errno, "cannot make the mask files");
+    close(fd);
+  }
   if (mkdirat(masks, "dir", 0555) < 0 || fchmodat(mnt, MASKS, 0555, 0) < 0)
     return dsec_fail(err, errno, "cannot make the mask directory");
 
@@ -2680,6 +2751,7 @@ static int make_dev(struct sup *s, struct dsec_error **err)
               sizeof exec) < 0 ||
       syscall(SYS_move_mount, shm, "", mnt, "shm",
               MOVE_MOUNT_F_EMPTY_PATH) < 0 ||
+      (s->rootns_fd >= 0 && bind_dev_nodes(mnt) < 0) ||
       syscall(SYS_mount_setattr, mnt, "", AT_EMPTY_PATH, &ro, sizeof ro) < 0)
     return dsec_fail(err, errno, "cannot mount the sandbox's /dev");
   return 0;
@@ -3484,6 +3556,7 @@ static int start_stage1(struct sup *s, json_t *spec, struct dsec_error **err)
   a.spec = spec;
   a.fncall = s->fncall;
   a.sys_shared = s->sysfs_fd >= 0;
+  a.templated = s->rootns_fd >= 0;
   a.owner = s->rootless ? 0 : s->base;
   a.netns_fd = -1;
   for (int c = 0; c < DSEC_CG_N; c++)
@@ -3548,15 +3621,103 @@ static int root_file_system(struct sup *s, struct dsec_container_opts *o,
   return mount_rootfs(s, o, userns, s->base, err);
 }
 
+/* The sandbox's mount namespace, from the template (layermount.h): a
+ * child of ours copies the template and stacks a clone of the root file
+ * system on the copy's root; its child joins the sandbox's user
+ * namespace and copies that again, which locks every mount of it there
+ * (the sandbox can undo none), as init's copy of ours is where it
+ * pivot_roots.  The first copy goes when our child exits, which waits
+ * for an RCU grace period: we wait for that only once init is up
+ * (start_init), and never for its child, which is not ours.  An nsfs
+ * descriptor of the second copy (new fd), or -1. */
+static int template_ns(struct sup *s, struct dsec_error **err)
+{
+  _cleanup_free_ char *rootfs = xasprintf("%s/rootfs", s->e->run);
+  _cleanup_free_ char *userns_path =
+    xasprintf("/proc/%d/ns/user", (int) s->stage1_pid);
+  _cleanup_close_ int userns = open(userns_path, O_RDONLY | O_CLOEXEC);
+  _cleanup_close_ int tree = -1;
+  int sp[2], ns = -1;
+  struct { int e; pid_t pid; } r = { 0, 0 };
+  pid_t pid;
+
+  if (userns < 0)
+    return dsec_fail(err, errno, "cannot open the user namespace");
+  tree = (int) syscall(SYS_open_tree, AT_FDCWD, rootfs,
+                       OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC | AT_RECURSIVE);
+  if (tree < 0)
+    return dsec_fail(err, errno, "cannot clone %s", rootfs);
+  /* one end for the children: the second copy's pid (or an error) goes
+   * up, and its end of file comes back once the copy is open */
+  if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sp) < 0)
+    return dsec_fail(err, errno, "socketpair");
+  pid = fork();
+  if (pid == 0) {
+    char c;
+    close(sp[0]);
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (setns(s->rootns_fd, CLONE_NEWNS) < 0 || unshare(CLONE_NEWNS) < 0 ||
+        syscall(SYS_move_mount, tree, "", AT_FDCWD, "/",
+                MOVE_MOUNT_F_EMPTY_PATH) < 0 || (r.pid = fork()) < 0) {
+      r.e = errno;
+      (void) !write(sp[1], &r, sizeof r);
+      _exit(1);
+    }
+    if (r.pid == 0) {
+      prctl(PR_SET_PDEATHSIG, SIGKILL);
+      r.pid = getpid();
+      if (setns(userns, CLONE_NEWUSER) < 0 || unshare(CLONE_NEWNS) < 0)
+        r.e = errno;
+      if (write(sp[1], &r, sizeof r) != (ssize_t) sizeof r || r.e)
+        _exit(1);
+    }
+    /* (both) until the second copy is open */
+    (void) !read(sp[1], &c, 1);
+    _exit(0);
+  }
+  close(sp[1]);
+  if (pid < 0) {
+    r.e = errno;
+    close(sp[0]);
+    return dsec_fail(err, r.e, "fork");
+  }
+  if (read(sp[0], &r, sizeof r) != (ssize_t) sizeof r)
+    r.e = EPROTO;
+  if (r.e == 0) {
+    _cleanup_free_ char *path = xasprintf("/proc/%d/ns/mnt", (int) r.pid);
+    if ((ns = open(path, O_RDONLY | O_CLOEXEC)) < 0)
+      r.e = errno;
+  }
+  close(sp[0]);
+  if (r.e) {
+    while (waitpid(pid, NULL, 0) < 0 && errno == EINTR)
+      ;
+    return dsec_fail(err, r.e, "cannot make the sandbox's mount namespace "
+                               "from the template");
+  }
+  s->ns_helper = pid;
+  return ns;
+}
+
 /* 5 and 6. stage1 goes on with the root file system; init sets the
  * sandbox up and reports ready, or why not. */
 static int start_init(struct sup *s, struct dsec_error **err)
 {
   {
     _cleanup_free_ char *rootfs = xasprintf("%s/rootfs", s->e->run);
-    _cleanup_close_ int rfd = open(rootfs, O_PATH | O_DIRECTORY | O_CLOEXEC);
-    json_t *go = json_pack("{s:s}", "op", "go");
-    int r = rfd < 0 ? -1 : msg_send(s->isock, go, &rfd, 1);
+    _cleanup_close_ int rfd = -1;
+    json_t *go;
+    int r;
+    if (s->rootns_fd >= 0) {
+      rfd = template_ns(s, err);
+      close(s->rootns_fd);
+      s->rootns_fd = -1;
+      if (rfd < 0)
+        return -1;
+    } else if ((rfd = open(rootfs, O_PATH | O_DIRECTORY | O_CLOEXEC)) < 0)
+      return dsec_fail(err, errno, "cannot open %s", rootfs);
+    go = json_pack("{s:s}", "op", "go");
+    r = msg_send(s->isock, go, &rfd, 1);
     json_decref(go);
     if (r < 0)
       return dsec_fail(err, errno, "cannot start stage1");
@@ -3602,7 +3763,13 @@ static int start_init(struct sup *s, struct dsec_error **err)
     }
     json_decref(m);
   }
-  /* init is our child (CLONE_PARENT): the only one left */
+  /* init is our child (CLONE_PARENT): the only one left once
+   * template_ns's is reaped (long gone by now) */
+  if (s->ns_helper > 0) {
+    while (waitpid(s->ns_helper, NULL, 0) < 0 && errno == EINTR)
+      ;
+    s->ns_helper = 0;
+  }
   {
     char path[64];
     _cleanup_free_ char *children = NULL;
@@ -3672,7 +3839,8 @@ static void layer_fields(json_t *f, json_t *env)
 {
   static const char *const keys[] = { "layer_format", "erofs_unavailable",
                                       "erofs_backing", "sysfs",
-                                      "sysfs_unshared" };
+                                      "sysfs_unshared", "mount_ns",
+                                      "mount_ns_own" };
   for (size_t i = 0; i < ARRAY_SIZE(keys); i++)
     if (json_object_get(env, keys[i]))
       json_object_set(f, keys[i], json_object_get(env, keys[i]));
@@ -3692,6 +3860,7 @@ _Noreturn void dsec_supervisor_main(struct dsec_container_opts *o)
   /* the creator's clone of the host's shared sysfs, in the slot after the
    * layers' */
   s->sysfs_fd = o->layer_fds ? o->layer_fds[o->n_layers] : -1;
+  s->rootns_fd = o->layer_fds ? o->layer_fds[o->n_layers + 1] : -1;
   s->msgbuf = xmalloc(MSG_MAX);
   s->rootless = geteuid() != 0;
   dsec_engine_init(e, o, &container_ops, s);

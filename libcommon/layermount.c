@@ -7,6 +7,7 @@
 #include <fcntl.h>
 #include <linux/loop.h>
 #include <linux/mount.h>
+#include <linux/nsfs.h>
 #include <sched.h>
 #include <signal.h>
 #include <stdio.h>
@@ -17,6 +18,7 @@
 #include <sys/mman.h>
 #include <sys/mount.h>
 #include <sys/prctl.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
@@ -170,6 +172,7 @@ struct host_mount {
   int (*mount)(int ldfd, const char *ldir, const struct host_mount *h,
                struct dsec_error **err);
   const char *digest, *image; /* a layer's */
+  bool nsfs; /* mnt pins a namespace: opened, not cloned */
 };
 
 static int mount_layer_at(int ldfd, const char *ldir,
@@ -231,10 +234,21 @@ static int host_mount_clone(const struct host_mount *h, int *ldfd_out,
     if (flock(lock, LOCK_SH) < 0)
       return dsec_fail(err, errno, "cannot lock %s", ldir);
   }
-  t = (int) syscall(SYS_open_tree, ldfd, "mnt",
-                    OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC);
-  if (t < 0)
-    return dsec_fail(err, errno, "cannot clone the mount of %s", h->what);
+  if (h->nsfs) {
+    t = openat(ldfd, "mnt", O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+    if (t >= 0 && ioctl(t, NS_GET_NSTYPE) != CLONE_NEWNS) {
+      close(t);
+      t = -1;
+      errno = EINVAL;
+    }
+    if (t < 0)
+      return dsec_fail(err, errno, "cannot open %s", h->what);
+  } else {
+    t = (int) syscall(SYS_open_tree, ldfd, "mnt",
+                      OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC);
+    if (t < 0)
+      return dsec_fail(err, errno, "cannot clone the mount of %s", h->what);
+  }
   if (ldfd_out)
     *ldfd_out = dsec_steal_fd(&ldfd);
   return t;
@@ -259,6 +273,26 @@ int dsec_layer_mount_clone(const char *digest, const char *image,
   return t;
 }
 
+/* mount.json for the shared mount of type just made at mnt (ldfd/mnt),
+ * which goes again when it cannot be written. */
+static int host_mount_record(int ldfd, const char *type, const char *mnt,
+                             struct dsec_error **err)
+{
+  _cleanup_free_ char *now = dsec_time_rfc3339();
+  _cleanup_free_ char *text = NULL;
+  json_t *rec = json_pack("{s:s, s:s, s:s}", "type", type, "path", mnt,
+                          "mounted", now);
+  int ret;
+
+  text = json_dumps(rec, JSON_COMPACT);
+  json_decref(rec);
+  ret = dsec_write_file_replace(ldfd, "mount.json", text, strlen(text), 0600,
+                                err);
+  if (ret < 0)
+    umount2(mnt, MNT_DETACH | UMOUNT_NOFOLLOW);
+  return ret;
+}
+
 /* Mounts a sysfs at ldfd/mnt from a network namespace of its own that
  * nothing else joins (a child makes both; the namespace ends with the
  * child, the mount only keeps its tag, so no interface shows): read-only,
@@ -267,11 +301,8 @@ static int mount_sysfs(int ldfd, const char *ldir, const struct host_mount *h,
                        struct dsec_error **err)
 {
   _cleanup_free_ char *mnt = xasprintf("%s/mnt", ldir);
-  _cleanup_free_ char *now = dsec_time_rfc3339();
-  _cleanup_free_ char *text = NULL;
-  int status, ret;
+  int status;
   pid_t pid;
-  json_t *rec;
 
   (void) h;
   if (mkdirat(ldfd, "mnt", 0700) < 0 && errno != EEXIST)
@@ -300,15 +331,7 @@ static int mount_sysfs(int ldfd, const char *ldir, const struct host_mount *h,
     return dsec_fail(err, WIFEXITED(status) ? WEXITSTATUS(status) : 0,
                      "cannot mount a sysfs of its own network namespace "
                      "at %s", mnt);
-  rec = json_pack("{s:s, s:s, s:s}", "type", "sysfs", "path", mnt, "mounted",
-                  now);
-  text = json_dumps(rec, JSON_COMPACT);
-  json_decref(rec);
-  ret = dsec_write_file_replace(ldfd, "mount.json", text, strlen(text), 0600,
-                                err);
-  if (ret < 0)
-    umount2(mnt, MNT_DETACH);
-  return ret;
+  return host_mount_record(ldfd, "sysfs", mnt, err);
 }
 
 int dsec_sysfs_mount_clone(struct dsec_error **err)
@@ -316,6 +339,165 @@ int dsec_sysfs_mount_clone(struct dsec_error **err)
   struct host_mount h = { DSEC_SYSFS_DIR, "the shared sysfs", mount_sysfs,
                           NULL, NULL };
   return host_mount_clone(&h, NULL, err);
+}
+
+/* What a sandbox does with a copy of the template, tried once on it: a
+ * proc and a sysfs of its own mounted from a user namespace of its own
+ * (on e).  A kernel that refuses them (the hidden ones do not count for
+ * it) gets no template, and its sandboxes a copy of the host's mounts.
+ * 0 or an errno. */
+static int rootns_check(void)
+{
+  int status;
+  pid_t pid = fork();
+
+  if (pid == 0) {
+    pid_t first;
+    if (unshare(CLONE_NEWUSER | CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWNET) < 0)
+      _exit(errno & 0xff);
+    first = fork();
+    if (first == 0) {
+      if (mount("proc", "/e", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC,
+                NULL) < 0 ||
+          mount("sysfs", "/e", "sysfs",
+                MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC, NULL) < 0)
+        _exit(errno & 0xff);
+      _exit(0);
+    }
+    if (first < 0 || waitpid(first, &status, 0) < 0)
+      _exit(EPROTO);
+    _exit(WIFEXITED(status) ? WEXITSTATUS(status) : EPROTO);
+  }
+  if (pid < 0)
+    return errno;
+  while (waitpid(pid, &status, 0) < 0)
+    if (errno != EINTR)
+      return errno;
+  return WIFEXITED(status) ? WEXITSTATUS(status) : EPROTO;
+}
+
+/* The template's tree, built by the first process of a new pid and
+ * network namespace in its own mount namespace (see layermount.h): a
+ * tmpfs with h/proc and h/sys, proc and sysfs mounted there, h covered by
+ * the empty e, all read-only but proc; then the tmpfs becomes the
+ * namespace's root.  0 or an errno. */
+static int rootns_build(const char *ldir)
+{
+  int fs, m = -1;
+
+  if (mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) < 0)
+    return errno;
+  fs = (int) syscall(SYS_fsopen, "tmpfs", FSOPEN_CLOEXEC);
+  if (fs < 0 ||
+      syscall(SYS_fsconfig, fs, FSCONFIG_SET_STRING, "size", "16k", 0) < 0 ||
+      syscall(SYS_fsconfig, fs, FSCONFIG_SET_STRING, "nr_inodes", "16", 0) < 0 ||
+      syscall(SYS_fsconfig, fs, FSCONFIG_SET_STRING, "mode", "0755", 0) < 0 ||
+      syscall(SYS_fsconfig, fs, FSCONFIG_CMD_CREATE, NULL, NULL, 0) < 0 ||
+      (m = (int) syscall(SYS_fsmount, fs, FSMOUNT_CLOEXEC,
+                         MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV |
+                           MOUNT_ATTR_NOEXEC)) < 0 ||
+      syscall(SYS_move_mount, m, "", AT_FDCWD, ldir,
+              MOVE_MOUNT_F_EMPTY_PATH) < 0 ||
+      chdir(ldir) < 0)
+    return errno;
+  if (mkdir("h", 0555) < 0 || mkdir("h/proc", 0555) < 0 ||
+      mkdir("h/sys", 0555) < 0 || mkdir("e", 0555) < 0 ||
+      mount("proc", "h/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC,
+            NULL) < 0 ||
+      mount("sysfs", "h/sys", "sysfs",
+            MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC, NULL) < 0 ||
+      mount("e", "h", NULL, MS_BIND, NULL) < 0 ||
+      mount(NULL, "h", NULL, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID |
+                               MS_NODEV | MS_NOEXEC, NULL) < 0 ||
+      mount(NULL, ".", NULL, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID |
+                               MS_NODEV | MS_NOEXEC, NULL) < 0 ||
+      syscall(SYS_pivot_root, ".", ".") < 0 || umount2(".", MNT_DETACH) < 0 ||
+      chdir("/") < 0)
+    return errno;
+  return rootns_check();
+}
+
+/* Makes the template and pins it at ldfd/mnt: a child in new mount, pid
+ * and network namespaces has its first process build the tree
+ * (rootns_build) and wait; we bind its namespace's file on mnt, in the
+ * host's mount namespace, and let both go (their pid and network
+ * namespaces end with them: the hidden proc shows no process, the hidden
+ * sysfs no interface). */
+static int mount_rootns(int ldfd, const char *ldir, const struct host_mount *h,
+                        struct dsec_error **err)
+{
+  _cleanup_free_ char *mnt = xasprintf("%s/mnt", ldir);
+  int sp[2], status, e = 0, fd;
+  pid_t pid;
+
+  (void) h;
+  fd = openat(ldfd, "mnt", O_WRONLY | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0600);
+  if (fd < 0)
+    return dsec_fail(err, errno, "cannot create %s", mnt);
+  close(fd);
+  /* the children's end: their error (or 0) goes up, and its end of file
+   * comes back once the namespace is pinned */
+  if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sp) < 0)
+    return dsec_fail(err, errno, "socketpair");
+  pid = fork();
+  if (pid == 0) {
+    pid_t first;
+    char c;
+    close(sp[0]);
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (unshare(CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWNET) < 0 ||
+        (first = fork()) < 0) {
+      e = errno;
+      (void) !write(sp[1], &e, sizeof e);
+      _exit(1);
+    }
+    if (first == 0) {
+      e = rootns_build(ldir);
+      if (write(sp[1], &e, sizeof e) != (ssize_t) sizeof e || e)
+        _exit(1);
+      /* until the namespace is pinned */
+      (void) !read(sp[1], &c, 1);
+      _exit(0);
+    }
+    close(sp[1]);
+    while (waitpid(first, &status, 0) < 0 && errno == EINTR)
+      ;
+    _exit(0);
+  }
+  close(sp[1]);
+  if (pid < 0) {
+    e = errno;
+    close(sp[0]);
+    return dsec_fail(err, e, "fork");
+  }
+  if (read(sp[0], &e, sizeof e) != (ssize_t) sizeof e)
+    e = EPROTO;
+  if (e == 0) {
+    _cleanup_free_ char *ns = xasprintf("/proc/%d/ns/mnt", (int) pid);
+    if (mount(ns, mnt, NULL, MS_BIND, NULL) < 0)
+      e = errno;
+  }
+  close(sp[0]);
+  while (waitpid(pid, &status, 0) < 0 && errno == EINTR)
+    ;
+  if (e)
+    return dsec_fail(err, e, "cannot make the template mount namespace at %s",
+                     mnt);
+  return host_mount_record(ldfd, "rootns", mnt, err);
+}
+
+int dsec_rootns_open(struct dsec_error **err)
+{
+  struct host_mount h = { DSEC_ROOTNS_DIR, "the template mount namespace",
+                          mount_rootns, NULL, NULL, true };
+  return host_mount_clone(&h, NULL, err);
+}
+
+bool dsec_rootns_mounted(const char *run)
+{
+  _cleanup_free_ char *mnt = xasprintf("%s/layers/" DSEC_ROOTNS_DIR "/mnt",
+                                       run);
+  return mount_root(AT_FDCWD, mnt);
 }
 
 bool dsec_sysfs_mounted(const char *run)
@@ -430,7 +612,8 @@ int dsec_layer_unbind(const char *run, struct dsec_error **err)
   while (d && (de = readdir(d))) {
     _cleanup_free_ char *f = xasprintf("%s/mnt", de->d_name);
     if ((strlen(de->d_name) == DSEC_SHA256_HEX_LEN ||
-         strcmp(de->d_name, DSEC_SYSFS_DIR) == 0) &&
+         strcmp(de->d_name, DSEC_SYSFS_DIR) == 0 ||
+         strcmp(de->d_name, DSEC_ROOTNS_DIR) == 0) &&
         mount_root(dirfd(d), f))
       return 0;
   }

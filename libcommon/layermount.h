@@ -49,6 +49,26 @@ int dsec_layer_mount_clone(const char *digest, const char *image,
 int dsec_sysfs_mount_clone(struct dsec_error **err);
 bool dsec_sysfs_mounted(const char *run);
 
+/* The template mount namespace that container and fncall sandboxes
+ * start from, made once per host like the sysfs and pinned at
+ * $DSEC_RUN/layers/rootns/mnt (its namespace file bound there): its root
+ * is a read-only tmpfs, empty but for h, a read-only empty directory
+ * that covers a proc and a sysfs (of pid and network namespaces that
+ * ended with the process that made them).  A sandbox's supervisor copies
+ * it and stacks the sandbox's root on the copy's root: the kernel then
+ * lets init mount a proc and a sysfs of its own (it allows one only
+ * where one is already fully visible: the hidden ones are, to it), and
+ * no path leads below the sandbox's root (".." stops at the root of a
+ * namespace's first mount, which the sandbox's root covers).  What the
+ * sandbox gains: its namespace never holds the host's mounts, so init
+ * needs no pivot_root (which walks every thread on the host) and no
+ * detach of the old root (an RCU grace period).  An nsfs descriptor of
+ * it (new fd), made first if it is not; dsec-reap unmounts it when no
+ * sandbox is left. */
+#define DSEC_ROOTNS_DIR "rootns"
+int dsec_rootns_open(struct dsec_error **err);
+bool dsec_rootns_mounted(const char *run);
+
 /* In a supervisor's own mount namespace, once its layers are attached:
  * drops its copy of every host layer mount (they would keep those file
  * systems, and their loop devices, alive as long as the sandbox). */
@@ -59,7 +79,7 @@ void dsec_layer_mounts_detach(const char *run);
 json_t *dsec_layer_mounts_list(const char *run);
 
 /* Unmounts the host mount of the layer hex (64 hex digits, or
- * DSEC_SYSFS_DIR) under run, unless someone holds its lock (then *busy,
+ * DSEC_SYSFS_DIR or DSEC_ROOTNS_DIR) under run, unless someone holds its lock (then *busy,
  * and nothing is done).
  * Sandboxes running from it keep their clones; a loop device under it
  * detaches itself once the last of them goes. */

@@ -789,7 +789,7 @@ snapshot() {
   out_jq -s 'last.dry_run == true and last.actions > 0'
   plan=$(jq -c -s '[.[:-1][] | {what, id, reason, freed_bytes}] | sort' \
     <<<"$output")
-  [ "$(snapshot)" = "$before" ]
+  diff <(echo "$before") <(snapshot)
   has sandbox "$exp" ttl "would remove"
   has sandbox "$orphan" orphan "would remove"
   has run_dir "$ghost" orphan "would remove"

@@ -819,6 +819,80 @@ print(json.dumps({"type": "eof"}))
   [ -z "$(awk -v r="$DSEC_RUN/layers" 'index($2, r) == 1' /proc/self/mounts)" ]
 }
 
+@test "mount namespace: a copy of the host's template, with the mounts a copy of the host's gets (DSEC_MOUNT_NS=own); dsec-reap unmounts the template after the last sandbox" {
+  local a b c id
+  a=$(sb_create)
+  run -0 --separate-stderr dsec-run inspect "$a"
+  jq_ok '.mount_ns == "template" and .environment.mount_ns == "template" and
+    (has("mount_ns_own") | not)'
+  mountpoint -q "$DSEC_RUN/layers/rootns/mnt"
+  # the template: a read-only root with nothing but the cover h (over the
+  # hidden proc and sysfs) and the empty directory e
+  run -0 python3 -c '
+import ctypes, errno, os, sys
+libc = ctypes.CDLL(None, use_errno=True)
+fd = os.open(sys.argv[1], os.O_RDONLY)
+if libc.setns(fd, 0x00020000) != 0:
+    sys.exit("setns: %s" % os.strerror(ctypes.get_errno()))
+print(sorted(os.listdir("/")), os.listdir("/h"))
+try:
+    open("/x", "w")
+    print("written")
+except OSError as e:
+    print(errno.errorcode[e.errno])
+' "$DSEC_RUN/layers/rootns/mnt"
+  [ "${lines[0]}" = "['e', 'h'] []" ]
+  [ "${lines[1]}" = EROFS ]
+  # the same mounts as in a namespace copied from the host's, which init
+  # left with pivot_root
+  b=$(DSEC_MOUNT_NS=own sb_create)
+  run -0 --separate-stderr dsec-run inspect "$b"
+  jq_ok '.mount_ns == "own" and .mount_ns_own == "DSEC_MOUNT_NS=own"'
+  for id in "$a" "$b"; do
+    run -0 --separate-stderr dsec-run exec "$id" -- cat /proc/self/mountinfo
+    # without mount ids, device numbers and the sandbox's own paths, in
+    # any order (the device nodes are bound before /sys or after)
+    jq -r .stdout <<<"$output" | awk '{ $1 = $2 = $3 = ""; print }' |
+      sed "s/$id//g" | sort >"$BATS_TEST_TMPDIR/mi.$id"
+    grep -q ' / / .* - overlay ' "$BATS_TEST_TMPDIR/mi.$id"
+    # an exclusive exec joins from outside: it starts in the sandbox's root
+    run -0 --separate-stderr dsec-run exec --exclusive "$id" -- sh -c \
+      'ls -d /bin /proc/1 && cat /proc/self/mountinfo | wc -l'
+  done
+  diff "$BATS_TEST_TMPDIR/mi.$a" "$BATS_TEST_TMPDIR/mi.$b"
+  # it stays while a sandbox is left
+  dsec-run rm "$b" >/dev/null
+  run -0 --separate-stderr dsec-reap --dry-run
+  out_jq -s 'all(.[]; .what != "mount_ns")'
+  dsec-run rm "$a" >/dev/null
+  run -0 --separate-stderr dsec-reap --dry-run
+  out_jq -s 'any(.[]; .what == "mount_ns" and .id == "rootns" and
+    .action == "would unmount")'
+  mountpoint -q "$DSEC_RUN/layers/rootns/mnt"
+  run -0 --separate-stderr dsec-reap
+  out_jq -s 'any(.[]; .what == "mount_ns" and .id == "rootns" and
+    .action == "unmounted")'
+  [ -z "$(awk -v r="$DSEC_RUN/layers" 'index($2, r) == 1' /proc/self/mounts)" ]
+  # made again by the next creation
+  c=$(sb_create)
+  mountpoint -q "$DSEC_RUN/layers/rootns/mnt"
+  run -0 --separate-stderr dsec-run exec "$c" -- cat /proc/self/mountinfo
+  out_jq '.exit_code == 0'
+}
+
+@test "mount namespace: where the template cannot be made, the sandbox is made from a copy of the host's mounts and says why" {
+  local a
+  mkdir -p "$DSEC_RUN/layers"
+  chmod 700 "$DSEC_RUN" "$DSEC_RUN/layers"
+  # a file where the template's directory goes
+  touch "$DSEC_RUN/layers/rootns"
+  a=$(sb_create)
+  run -0 --separate-stderr dsec-run inspect "$a"
+  jq_ok '.mount_ns == "own" and (.mount_ns_own | test("rootns"))'
+  run -0 --separate-stderr dsec-run exec "$a" -- sh -c 'ls /proc/1 >/dev/null && echo ok'
+  out_jq '.stdout == "ok\n"'
+}
+
 @test "run --attach prints the raw output and passes the status" {
   run -5 --separate-stderr dsec-run run --rm --attach --image busybox:1 -- \
     sh -c 'echo raw out; echo raw err >&2; exit 5'

@@ -772,29 +772,30 @@ static int reap_sandboxes(struct reap *r, struct dsec_error **err)
 
 /* ---- this host's mounts of layers' EROFS images */
 
-/* The host's shared sysfs (layermount.h) goes with the last sandbox of
- * this root (used: what the sandboxes reference, none when there is
- * none): what sysfs_mount, id "sysfs".  Sandboxes hold clones of their
- * own; a creation taking its clone holds the lock (then the next run). */
-static int reap_sysfs_mount(struct reap *r, json_t *used,
-                            struct dsec_error **err)
+/* The host's shared sysfs and template mount namespace (layermount.h)
+ * go with the last sandbox of this root (used: what the sandboxes
+ * reference, none when there is none): what sysfs_mount, id "sysfs", and
+ * what mount_ns, id "rootns".  Sandboxes hold clones or copies of their
+ * own; a creation taking its own holds the lock (then the next run). */
+static int reap_shared_mount(struct reap *r, json_t *used, const char *dir,
+                             const char *what, bool mounted,
+                             struct dsec_error **err)
 {
   _cleanup_free_ char *mnt = NULL;
   bool busy = false;
 
-  if (json_object_size(used) > 0 || !dsec_sysfs_mounted(r->run))
+  if (json_object_size(used) > 0 || !mounted)
     return 0;
-  mnt = xasprintf("%s/layers/" DSEC_SYSFS_DIR "/mnt", r->run);
+  mnt = xasprintf("%s/layers/%s/mnt", r->run, dir);
   if (!r->o->dry_run) {
     struct dsec_error *e = NULL;
-    if (dsec_layer_unmount(r->run, DSEC_SYSFS_DIR, &busy, &e) < 0)
-      return put_failed(r, "sysfs_mount", DSEC_SYSFS_DIR, "unused", e,
+    if (dsec_layer_unmount(r->run, dir, &busy, &e) < 0)
+      return put_failed(r, what, dir, "unused", e,
                         json_pack("{s:s}", "path", mnt), err);
     if (busy)
       return 0;
   }
-  return put(r, "sysfs_mount", DSEC_SYSFS_DIR, "unused",
-             act(r, "unmounted", "would unmount"), 0,
+  return put(r, what, dir, "unused", act(r, "unmounted", "would unmount"), 0,
              json_pack("{s:s}", "path", mnt), err);
 }
 
@@ -804,7 +805,7 @@ static int reap_sysfs_mount(struct reap *r, json_t *used,
  * run.  Sandboxes that run from a layer hold clones of their own, so an
  * unmount never reaches them; its loop device, if any, detaches itself
  * when the last of them goes.  The bind mount of $DSEC_RUN/layers goes
- * with the last layer mount (and the sysfs). */
+ * with the last layer mount (and the sysfs and template). */
 static int reap_layer_mounts(struct reap *r, struct dsec_error **err)
 {
   _cleanup_json_ json_t *mounts = dsec_layer_mounts_list(r->run);
@@ -813,7 +814,8 @@ static int reap_layer_mounts(struct reap *r, struct dsec_error **err)
   size_t i;
   int ret = 0;
 
-  if (json_array_size(mounts) == 0 && !dsec_sysfs_mounted(r->run)) {
+  if (json_array_size(mounts) == 0 && !dsec_sysfs_mounted(r->run) &&
+      !dsec_rootns_mounted(r->run)) {
     if (!r->o->dry_run && dsec_layer_unbind(r->run, err) < 0)
       return -1;
     return 0;
@@ -823,7 +825,10 @@ static int reap_layer_mounts(struct reap *r, struct dsec_error **err)
   used = dsec_sandbox_references_except(r->o->dry_run ? r->doomed : NULL, err);
   if (!used)
     return -1;
-  if (reap_sysfs_mount(r, used, err) < 0)
+  if (reap_shared_mount(r, used, DSEC_SYSFS_DIR, "sysfs_mount",
+                        dsec_sysfs_mounted(r->run), err) < 0 ||
+      reap_shared_mount(r, used, DSEC_ROOTNS_DIR, "mount_ns",
+                        dsec_rootns_mounted(r->run), err) < 0)
     return -1;
   json_array_foreach(mounts, i, m)
   {

@@ -849,6 +849,31 @@ static void container_sysfs(json_t *env, int *fd)
   }
 }
 
+/* The template mount namespace (layermount.h) a container or fncall
+ * sandbox starts from, in *fd, or -1 where there is none (told so with
+ * DSEC_MOUNT_NS=own, rootless, or it cannot be made): its init then
+ * pivot_roots out of a copy of the host's mounts.  env says which
+ * ("mount_ns": "template" or "own", and why in "mount_ns_own"). */
+static void container_mount_ns(json_t *env, int *fd)
+{
+  _cleanup_error_ struct dsec_error *e = NULL;
+  const char *want = getenv("DSEC_MOUNT_NS");
+
+  if (want && strcmp(want, "own") == 0) {
+    *fd = -1;
+    dsec_error_set(&e, DSEC_EXIT_FAILURE, 0, "DSEC_MOUNT_NS=own");
+  } else
+    *fd = dsec_rootns_open(&e);
+  json_object_set_new(env, "mount_ns",
+                      json_string(*fd >= 0 ? "template" : "own"));
+  if (*fd < 0) {
+    json_object_set_new(env, "mount_ns_own",
+                        json_string(e && e->msg ? e->msg : "mount_ns"));
+    dsec_debug("a mount namespace copied from the host's: %s",
+               e ? e->msg : "");
+  }
+}
+
 /* Creates the sandbox; *id gets its id. */
 /* ---- warm pools
  *
@@ -1091,12 +1116,13 @@ static int create_sandbox(json_t *spec_in, const char *reuse_id,
     n_layers = json_array_size(json_object_get(env, "layers"));
     layers = xzalloc(sizeof *layers * (n_layers + 1));
     if (!vm) {
-      layer_fds = xmalloc(sizeof *layer_fds * (n_layers + 1));
-      for (i = 0; i <= n_layers; i++)
+      layer_fds = xmalloc(sizeof *layer_fds * (n_layers + 2));
+      for (i = 0; i < n_layers + 2; i++)
         layer_fds[i] = -1;
       if (container_layers(store, env, layers, layer_fds, err) < 0)
         goto out;
       container_sysfs(env, &layer_fds[n_layers]);
+      container_mount_ns(env, &layer_fds[n_layers + 1]);
     } else
       json_array_foreach(json_object_get(env, "layers"), i, l)
       {
@@ -1157,23 +1183,23 @@ static int create_sandbox(json_t *spec_in, const char *reuse_id,
      * of other requests open): the ready pipe becomes fd 3, the rest go */
     if (dup2(pfd[1], 3) < 0)
       _exit(1);
-    /* and the layers' mounts 4, 5, ..., then the sysfs's (first out of
-     * that range) */
-    for (size_t i = 0; layer_fds && i <= n_layers; i++)
+    /* and the layers' mounts 4, 5, ..., then the sysfs's and the
+     * template mount namespace's (first out of that range) */
+    for (size_t i = 0; layer_fds && i < n_layers + 2; i++)
       if (layer_fds[i] >= 0 &&
           (layer_fds[i] = fcntl(layer_fds[i], F_DUPFD_CLOEXEC,
-                                5 + (int) n_layers)) < 0)
+                                6 + (int) n_layers)) < 0)
         _exit(1);
-    for (size_t i = 0; layer_fds && i <= n_layers; i++)
+    for (size_t i = 0; layer_fds && i < n_layers + 2; i++)
       if (layer_fds[i] >= 0 &&
           (layer_fds[i] = dup3(layer_fds[i], 4 + (int) i, O_CLOEXEC)) < 0)
         _exit(1);
-    syscall(SYS_close_range, 4U + (unsigned) (layer_fds ? n_layers + 1 : 0),
+    syscall(SYS_close_range, 4U + (unsigned) (layer_fds ? n_layers + 2 : 0),
             ~0U, 0U);
     /* the slots of layers that came as directories (no mount), or of no
-     * sysfs, held the creator's descriptors: a pipe of serve's kept open
-     * there would never see its end */
-    for (size_t i = 0; layer_fds && i <= n_layers; i++)
+     * sysfs or template, held the creator's descriptors: a pipe of
+     * serve's kept open there would never see its end */
+    for (size_t i = 0; layer_fds && i < n_layers + 2; i++)
       if (layer_fds[i] < 0)
         close(4 + (int) i);
     co.ready_fd = 3;
@@ -1372,7 +1398,7 @@ out:
   for (size_t i = 0; layers && i < n_layers; i++)
     free(layers[i]);
   free(layers);
-  for (size_t i = 0; layer_fds && i <= n_layers; i++)
+  for (size_t i = 0; layer_fds && i < n_layers + 2; i++)
     if (layer_fds[i] >= 0)
       close(layer_fds[i]);
   free(layer_fds);
