@@ -322,8 +322,9 @@ static bool mask_flags_set(const char *path)
   return statvfs(path, &sv) == 0 && (sv.f_flag & all) == all;
 }
 
-/* Masks run inside the sandbox's root (after pivot_root), so no path can
- * lead out of it.  Files get a watched empty file (or /dev/null),
+/* Masks run inside the sandbox's root (once it is init's root), so no
+ * path can lead out of it.  Files get a watched empty file (or an empty
+ * one nobody watches),
  * directories the mask file system's empty directory: a bind, not a tmpfs
  * each, because every superblock takes a shrinker id that each memory
  * cgroup on the host then carries a slot for (1 KiB per 64 ids, the high
@@ -514,8 +515,7 @@ static void init_setup(struct init_ctx *c, json_t *spec)
   if (chdir("/") < 0)
     die_init(c->sock, "cannot enter the root file system");
 
-  /* from here on every path is the sandbox's; the masks first, while
-   * /dev/null is still an empty file of ours (their fallback) */
+  /* from here on every path is the sandbox's; the masks first */
   {
     const char *bad = NULL;
     if (mask_paths(&bad) < 0)
@@ -1423,6 +1423,7 @@ struct stage1_args {
                     * the template: template_ns), not its root */
   int last_cap;    /* read while the host's /proc is ours to read */
   int suid_dumpable;
+  struct dsec_cmdline_area cmdline; /* ditto (init's is at the same place) */
   int cg_fds[DSEC_CG_N]; /* the sandbox's cgroups, which stage1 moves
                           * itself into (dsec_cgroup_join); -1: none */
 };
@@ -1508,7 +1509,7 @@ _Noreturn static void run_init(struct stage1_args *a)
 
   prctl(PR_SET_PDEATHSIG, SIGKILL);
   prctl(PR_SET_NAME, "dsec-init");
-  dsec_set_cmdline("dsec-init");
+  dsec_set_cmdline_at(&a->cmdline, "dsec-init");
   /* keep only the control socket (fd 3), the root (fd 4) and /dev/null
    * on 0-2 */
   {
@@ -1587,6 +1588,7 @@ _Noreturn static void stage1(struct stage1_args *a)
   prctl(PR_SET_PDEATHSIG, SIGKILL);
   a->last_cap = last_cap();
   a->suid_dumpable = suid_dumpable();
+  dsec_cmdline_area(&a->cmdline);
   if (a->netns_fd >= 0) {
     /* a world's service: the world's network (the agent's namespace),
      * joined while we are still the host's root; the rest of the
@@ -2607,17 +2609,18 @@ static int bind_dev_nodes(int dev)
 
 /* The sandbox's /dev, its masks and its /dev/shm: one tmpfs, made here
  * and mounted over the root's /dev (ours, whatever the image or a
- * checkpoint put there), where init finds it after pivot_root.  One file
+ * checkpoint put there), where init finds it once in its root.  One file
  * system, not three, because every superblock takes a shrinker id that
  * each memory cgroup on the host then carries a slot for (see
  * mask_paths).  In it:
- *   - the device nodes' empty files, which init binds the host's nodes
- *     over (a user namespace cannot mknod), pts for init's devpts, and
- *     the usual links;
+ *   - the device nodes' empty files, which the host's nodes are bound
+ *     over (a user namespace cannot mknod; by us where the namespace is
+ *     the template's, bind_dev_nodes, else by init), pts for init's
+ *     devpts, and the usual links;
  *   - .dsec: an empty read-only file of its own for each masked file,
  *     which init (and an exclusive exec, over its own /proc) binds over
- *     /proc's and /sys's, and an empty directory for the masked
- *     directories.  The container backend watches the files' opens
+ *     /proc's and /sys's, one more (empty) for a masked file it made
+ *     none for, and an empty directory for the masked directories.  The container backend watches the files' opens
  *     (fanotify); an fncall call's /proc shows only its processes
  *     (subset=pid).  They are made whether or not opens can be watched:
  *     a sandbox whose masks cannot be bound does not start;
@@ -2758,7 +2761,7 @@ static int make_dev(struct sup *s, struct dsec_error **err)
 }
 
 /* The host's shared sysfs (layermount.h) at the root's /sys, where init
- * finds it after pivot_root: read-only, nosuid, nodev, noexec, and locked
+ * finds it once in its root: read-only, nosuid, nodev, noexec, and locked
  * so in the sandbox's user namespace as /dev is.  /sys is resolved inside
  * the root (an image's link to a directory of its own is followed there,
  * as init's own mount did; the masks are resolved the same way), made
@@ -3573,6 +3576,10 @@ static int start_stage1(struct sup *s, json_t *spec, struct dsec_error **err)
   s->stage1_pid = (pid_t) syscall(SYS_clone, SIGCHLD, NULL, NULL, NULL, 0);
   if (s->stage1_pid == 0) {
     close(ip[0]);
+    if (s->rootns_fd >= 0)
+      close(s->rootns_fd);
+    if (s->sysfs_fd >= 0)
+      close(s->sysfs_fd);
     stage1(&a);
   }
   close(ip[1]);
@@ -3670,9 +3677,15 @@ static int template_ns(struct sup *s, struct dsec_error **err)
         r.e = errno;
       if (write(sp[1], &r, sizeof r) != (ssize_t) sizeof r || r.e)
         _exit(1);
+      /* until the second copy is open */
+      (void) !read(sp[1], &c, 1);
+      _exit(0);
     }
-    /* (both) until the second copy is open */
-    (void) !read(sp[1], &c, 1);
+    /* the end is the child's alone (should it die before it tells, we
+     * see the end of file); the first copy lives while we wait */
+    close(sp[1]);
+    while (waitpid(r.pid, NULL, 0) < 0 && errno == EINTR)
+      ;
     _exit(0);
   }
   close(sp[1]);

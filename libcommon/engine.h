@@ -49,8 +49,8 @@ struct dsec_container_opts {
   size_t n_layers;
   /* container, fncall: the layers' EROFS images as detached mounts
    * (layermount.h), n_layers of them (-1: that layer is a directory),
-   * then the host's shared sysfs (-1: the sandbox mounts its own); or
-   * NULL */
+   * then the host's shared sysfs (-1: the sandbox mounts its own), then
+   * the template mount namespace (-1: init pivot_roots); or NULL */
   int *layer_fds;
   int ready_fd;        /* the supervisor writes one JSON line here */
   /* microvm and vm */

@@ -28,6 +28,7 @@
 #include "fsutil.h"
 #include "lock.h"
 #include "log.h"
+#include "sandbox.h"
 #include "store.h"
 #include "utils.h"
 
@@ -341,11 +342,13 @@ int dsec_sysfs_mount_clone(struct dsec_error **err)
   return host_mount_clone(&h, NULL, err);
 }
 
-/* What a sandbox does with a copy of the template, tried once on it: a
- * proc and a sysfs of its own mounted from a user namespace of its own
- * (on e).  A kernel that refuses them (the hidden ones do not count for
- * it) gets no template, and its sandboxes a copy of the host's mounts.
- * 0 or an errno. */
+/* What each sandbox's copy goes through (template_ns in container.c,
+ * then init), tried once on the template: a copy with a clone of a tree
+ * (here e's) stacked on its root, entered, copied again from a user
+ * namespace of its own, where a proc and a sysfs of its own are mounted
+ * (on its root).  A kernel that refuses any of it (the hidden ones must
+ * count for it) gets no template, and its sandboxes a copy of the host's
+ * mounts.  0 or an errno. */
 static int rootns_check(void)
 {
   int status;
@@ -353,13 +356,20 @@ static int rootns_check(void)
 
   if (pid == 0) {
     pid_t first;
-    if (unshare(CLONE_NEWUSER | CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWNET) < 0)
+    int t = -1;
+    if (unshare(CLONE_NEWNS) < 0 ||
+        (t = (int) syscall(SYS_open_tree, AT_FDCWD, "/e",
+                           OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC)) < 0 ||
+        syscall(SYS_move_mount, t, "", AT_FDCWD, "/",
+                MOVE_MOUNT_F_EMPTY_PATH) < 0 ||
+        fchdir(t) < 0 || chroot(".") < 0 || unshare(CLONE_NEWUSER) < 0 ||
+        unshare(CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWNET) < 0)
       _exit(errno & 0xff);
     first = fork();
     if (first == 0) {
-      if (mount("proc", "/e", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC,
+      if (mount("proc", "/", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC,
                 NULL) < 0 ||
-          mount("sysfs", "/e", "sysfs",
+          mount("sysfs", "/", "sysfs",
                 MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC, NULL) < 0)
         _exit(errno & 0xff);
       _exit(0);
@@ -415,6 +425,49 @@ static int rootns_build(const char *ldir)
       chdir("/") < 0)
     return errno;
   return rootns_check();
+}
+
+/* A template this kernel refused (rootns_check, or the build) is not
+ * tried again until the next boot: ldfd/refused says so, {"boot_id",
+ * "errno", "error"}.  Errors that may pass (memory, descriptors, a child
+ * that died) are not noted. */
+#define ROOTNS_REFUSED DSEC_ROOTNS_DIR "/refused"
+
+static void rootns_refused_note(int ldfd, int e, const char *msg)
+{
+  _cleanup_free_ char *boot = dsec_boot_id();
+  _cleanup_free_ char *text = NULL;
+  json_t *rec;
+
+  if (!boot || e == ENOMEM || e == EMFILE || e == ENFILE || e == EAGAIN ||
+      e == EINTR || e == EPROTO || e == ENOSPC)
+    return;
+  rec = json_pack("{s:s, s:i, s:s}", "boot_id", boot, "errno", e, "error",
+                  msg);
+  text = json_dumps(rec, JSON_COMPACT);
+  json_decref(rec);
+  if (text)
+    dsec_write_file_replace(ldfd, "refused", text, strlen(text), 0600, NULL);
+}
+
+/* Whether this boot's kernel refused the template (*err says why). */
+static bool rootns_refused(struct dsec_error **err)
+{
+  _cleanup_free_ char *run = dsec_run_dir();
+  _cleanup_free_ char *path = xasprintf("%s/layers/" ROOTNS_REFUSED, run);
+  _cleanup_free_ char *buf = dsec_read_file_at(AT_FDCWD, path, 65536, NULL,
+                                               NULL);
+  _cleanup_json_ json_t *j = buf ? json_loads(buf, 0, NULL) : NULL;
+  _cleanup_free_ char *boot = j ? dsec_boot_id() : NULL;
+  const char *was = json_string_value(json_object_get(j, "boot_id"));
+  const char *why = json_string_value(json_object_get(j, "error"));
+
+  if (!boot || !was || strcmp(boot, was) != 0)
+    return false;
+  dsec_fail(err, (int) json_integer_value(json_object_get(j, "errno")),
+            "%s (noted in %s: not tried again before the next boot)",
+            why ? why : "the template was refused", path);
+  return true;
 }
 
 /* Makes the template and pins it at ldfd/mnt: a child in new mount, pid
@@ -480,9 +533,11 @@ static int mount_rootns(int ldfd, const char *ldir, const struct host_mount *h,
   close(sp[0]);
   while (waitpid(pid, &status, 0) < 0 && errno == EINTR)
     ;
-  if (e)
-    return dsec_fail(err, e, "cannot make the template mount namespace at %s",
-                     mnt);
+  if (e) {
+    dsec_fail(err, e, "cannot make the template mount namespace at %s", mnt);
+    rootns_refused_note(ldfd, e, (*err)->msg);
+    return -1;
+  }
   return host_mount_record(ldfd, "rootns", mnt, err);
 }
 
@@ -490,6 +545,8 @@ int dsec_rootns_open(struct dsec_error **err)
 {
   struct host_mount h = { DSEC_ROOTNS_DIR, "the template mount namespace",
                           mount_rootns, NULL, NULL, true };
+  if (rootns_refused(err))
+    return -1;
   return host_mount_clone(&h, NULL, err);
 }
 

@@ -52,8 +52,8 @@ bool dsec_sysfs_mounted(const char *run);
 /* The template mount namespace that container and fncall sandboxes
  * start from, made once per host like the sysfs and pinned at
  * $DSEC_RUN/layers/rootns/mnt (its namespace file bound there): its root
- * is a read-only tmpfs, empty but for h, a read-only empty directory
- * that covers a proc and a sysfs (of pid and network namespaces that
+ * is a read-only tmpfs, empty but for e, an empty directory, and h, on
+ * which e is bound read-only, covering a proc and a sysfs (of pid and network namespaces that
  * ended with the process that made them).  A sandbox's supervisor copies
  * it and stacks the sandbox's root on the copy's root: the kernel then
  * lets init mount a proc and a sysfs of its own (it allows one only

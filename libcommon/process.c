@@ -239,13 +239,13 @@ bool dsec_in_path(const char *prog)
 /* Overwrites our command line (inherited from the dsec-run that forked
  * us) with title, within the space the original one had: `ps` and
  * `pkill -f` then see what this process is, not its creator's command. */
-void dsec_set_cmdline(const char *title)
+void dsec_cmdline_area(struct dsec_cmdline_area *a)
 {
   char buf[1024], *p;
-  unsigned long start = 0, end = 0;
   int fd = open("/proc/self/stat", O_RDONLY | O_CLOEXEC);
   ssize_t n = fd >= 0 ? read(fd, buf, sizeof buf - 1) : -1;
 
+  *a = (struct dsec_cmdline_area){ 0, 0 };
   if (fd >= 0)
     close(fd);
   if (n <= 0)
@@ -261,15 +261,27 @@ void dsec_set_cmdline(const char *title)
     if (p)
       p++;
   }
-  if (!p || sscanf(p, "%lu %lu", &start, &end) != 2 || end <= start)
+  if (!p || sscanf(p, "%lu %lu", &a->start, &a->end) != 2 || a->end <= a->start)
+    *a = (struct dsec_cmdline_area){ 0, 0 };
+}
+
+void dsec_set_cmdline_at(const struct dsec_cmdline_area *a, const char *title)
+{
+  size_t len = a->end - a->start;
+  size_t t = strlen(title);
+  char *area = (char *) (uintptr_t) a->start;
+
+  if (a->end <= a->start)
     return;
-  {
-    size_t len = end - start;
-    size_t t = strlen(title);
-    char *area = (char *) (uintptr_t) start;
-    if (t >= len)
-      t = len - 1;
-    memcpy(area, title, t);
-    memset(area + t, 0, len - t);
-  }
+  if (t >= len)
+    t = len - 1;
+  memcpy(area, title, t);
+  memset(area + t, 0, len - t);
+}
+
+void dsec_set_cmdline(const char *title)
+{
+  struct dsec_cmdline_area a;
+  dsec_cmdline_area(&a);
+  dsec_set_cmdline_at(&a, title);
 }

@@ -48,4 +48,14 @@ bool dsec_in_path(const char *prog);
  * original one had), for ps. */
 void dsec_set_cmdline(const char *title);
 
+/* The same in two steps, for a process whose /proc is not the host's by
+ * the time it retitles itself (nor its children's, which share the
+ * area's address): where the area is, read from /proc/self/stat (start
+ * and end 0 when it cannot be), and the title written there. */
+struct dsec_cmdline_area {
+  unsigned long start, end;
+};
+void dsec_cmdline_area(struct dsec_cmdline_area *a);
+void dsec_set_cmdline_at(const struct dsec_cmdline_area *a, const char *title);
+
 #endif

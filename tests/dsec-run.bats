@@ -891,6 +891,23 @@ except OSError as e:
   jq_ok '.mount_ns == "own" and (.mount_ns_own | test("rootns"))'
   run -0 --separate-stderr dsec-run exec "$a" -- sh -c 'ls /proc/1 >/dev/null && echo ok'
   out_jq '.stdout == "ok\n"'
+  # a template this boot's kernel refused is not tried again before the
+  # next boot
+  rm "$DSEC_RUN/layers/rootns"
+  mkdir -m 700 "$DSEC_RUN/layers/rootns"
+  printf '{"boot_id":"%s","errno":1,"error":"refused here"}' \
+    "$(cat /proc/sys/kernel/random/boot_id)" >"$DSEC_RUN/layers/rootns/refused"
+  a=$(sb_create)
+  run -0 --separate-stderr dsec-run inspect "$a"
+  jq_ok '.mount_ns == "own" and (.mount_ns_own | startswith("refused here (noted in"))'
+  ! mountpoint -q "$DSEC_RUN/layers/rootns/mnt"
+  # a note of another boot is not
+  echo '{"boot_id":"another","errno":1,"error":"refused here"}' \
+    >"$DSEC_RUN/layers/rootns/refused"
+  a=$(sb_create)
+  run -0 --separate-stderr dsec-run inspect "$a"
+  jq_ok '.mount_ns == "template"'
+  mountpoint -q "$DSEC_RUN/layers/rootns/mnt"
 }
 
 @test "run --attach prints the raw output and passes the status" {
