@@ -910,6 +910,26 @@ except OSError as e:
   mountpoint -q "$DSEC_RUN/layers/rootns/mnt"
 }
 
+@test "an image's own /proc/self/stat does not steer init, which retitles itself before the sandbox's root is its own" {
+  local d id init
+  # fields 48 and 49 of a stat line are where a process's command line
+  # is: here an address nothing is mapped at
+  d=$BATS_TEST_TMPDIR/statfake
+  mkdir -p "$d/proc/self"
+  {
+    printf '1 (dsec) S'
+    for i in $(seq 4 47); do printf ' 0'; done
+    printf ' 4096 8192 0 0 0\n'
+  } >"$d/proc/self/stat"
+  dsec-layer create --dir "$d" --name test/statfake@1 >/dev/null
+  id=$(sb_create --layer test/statfake@1)
+  run -0 --separate-stderr dsec-run inspect "$id"
+  init=$(jq -r .init_pid <<<"$output")
+  [[ $(tr '\0' ' ' <"/proc/$init/cmdline") == "dsec-init "* ]]
+  run -0 --separate-stderr dsec-run exec "$id" -- cat /proc/1/cmdline
+  out_jq '.stdout | startswith("dsec-init")'
+}
+
 @test "run --attach prints the raw output and passes the status" {
   run -5 --separate-stderr dsec-run run --rm --attach --image busybox:1 -- \
     sh -c 'echo raw out; echo raw err >&2; exit 5'
