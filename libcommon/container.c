@@ -358,7 +358,7 @@ static int mask_paths(const char **failed)
       r = mount("/dev/" MASK_EMPTY, p, NULL, MS_BIND, NULL);
     /* a bind has its source mount's flags: /dev's read-only, nosuid,
      * nodev, noexec (make_dev), checked, then said again only where one
-     * is missing (a remount takes the host's global mount lock: ~20 a
+     * is missing (a remount takes the host's global mount lock: 25 a
      * sandbox, and every exclusive exec's) */
     if (r == 0 && !mask_flags_set(p))
       r = mount(NULL, p, NULL, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID |
@@ -1695,6 +1695,7 @@ struct sup {
   int isock_sndbuf;     /* its SO_SNDBUF, bytes */
   pid_t init_pid, stage1_pid;
   pid_t ns_helper;      /* template_ns's child, reaped once init is up */
+  int userns_fd;        /* stage1's user namespace, kept for template_ns */
   bool fncall;
   bool rootless;        /* not root: a user namespace of our own, no idmaps */
   int proxy_lfd;        /* proxy mode: the sandbox's 127.0.0.1:3128 */
@@ -3625,7 +3626,12 @@ static int root_file_system(struct sup *s, struct dsec_container_opts *o,
 
   if (userns < 0)
     return dsec_fail(err, errno, "cannot open the user namespace");
-  return mount_rootfs(s, o, userns, s->base, err);
+  if (mount_rootfs(s, o, userns, s->base, err) < 0)
+    return -1;
+  /* (template_ns joins it too) */
+  if (s->rootns_fd >= 0)
+    s->userns_fd = dsec_steal_fd(&userns);
+  return 0;
 }
 
 /* The sandbox's mount namespace, from the template (layermount.h): a
@@ -3640,16 +3646,12 @@ static int root_file_system(struct sup *s, struct dsec_container_opts *o,
 static int template_ns(struct sup *s, struct dsec_error **err)
 {
   _cleanup_free_ char *rootfs = xasprintf("%s/rootfs", s->e->run);
-  _cleanup_free_ char *userns_path =
-    xasprintf("/proc/%d/ns/user", (int) s->stage1_pid);
-  _cleanup_close_ int userns = open(userns_path, O_RDONLY | O_CLOEXEC);
+  _cleanup_close_ int userns = dsec_steal_fd(&s->userns_fd);
   _cleanup_close_ int tree = -1;
   int sp[2], ns = -1;
   struct { int e; pid_t pid; } r = { 0, 0 };
   pid_t pid;
 
-  if (userns < 0)
-    return dsec_fail(err, errno, "cannot open the user namespace");
   tree = (int) syscall(SYS_open_tree, AT_FDCWD, rootfs,
                        OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC | AT_RECURSIVE);
   if (tree < 0)
@@ -3869,7 +3871,7 @@ _Noreturn void dsec_supervisor_main(struct dsec_container_opts *o)
    * and brief, and an arena each is memory every sandbox pays for */
   mallopt(M_ARENA_MAX, 1);
   s->e = e;
-  s->isock = s->proxy_lfd = s->fan_fd = -1;
+  s->isock = s->proxy_lfd = s->fan_fd = s->userns_fd = -1;
   /* the creator's clone of the host's shared sysfs, in the slot after the
    * layers' */
   s->sysfs_fd = o->layer_fds ? o->layer_fds[o->n_layers] : -1;

@@ -431,8 +431,6 @@ static int rootns_build(const char *ldir)
  * tried again until the next boot: ldfd/refused says so, {"boot_id",
  * "errno", "error"}.  Errors that may pass (memory, descriptors, a child
  * that died) are not noted. */
-#define ROOTNS_REFUSED DSEC_ROOTNS_DIR "/refused"
-
 static void rootns_refused_note(int ldfd, int e, const char *msg)
 {
   _cleanup_free_ char *boot = dsec_boot_id();
@@ -450,12 +448,12 @@ static void rootns_refused_note(int ldfd, int e, const char *msg)
     dsec_write_file_replace(ldfd, "refused", text, strlen(text), 0600, NULL);
 }
 
-/* Whether this boot's kernel refused the template (*err says why). */
-static bool rootns_refused(struct dsec_error **err)
+/* Whether this boot's kernel refused the template (*err says why):
+ * looked at only where none is mounted, under its lock. */
+static bool rootns_refused(int ldfd, const char *ldir, struct dsec_error **err)
 {
-  _cleanup_free_ char *run = dsec_run_dir();
-  _cleanup_free_ char *path = xasprintf("%s/layers/" ROOTNS_REFUSED, run);
-  _cleanup_free_ char *buf = dsec_read_file_at(AT_FDCWD, path, 65536, NULL,
+  _cleanup_free_ char *path = xasprintf("%s/refused", ldir);
+  _cleanup_free_ char *buf = dsec_read_file_at(ldfd, "refused", 65536, NULL,
                                                NULL);
   _cleanup_json_ json_t *j = buf ? json_loads(buf, 0, NULL) : NULL;
   _cleanup_free_ char *boot = j ? dsec_boot_id() : NULL;
@@ -484,6 +482,8 @@ static int mount_rootns(int ldfd, const char *ldir, const struct host_mount *h,
   pid_t pid;
 
   (void) h;
+  if (rootns_refused(ldfd, ldir, err))
+    return -1;
   fd = openat(ldfd, "mnt", O_WRONLY | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0600);
   if (fd < 0)
     return dsec_fail(err, errno, "cannot create %s", mnt);
@@ -545,8 +545,6 @@ int dsec_rootns_open(struct dsec_error **err)
 {
   struct host_mount h = { DSEC_ROOTNS_DIR, "the template mount namespace",
                           mount_rootns, NULL, NULL, true };
-  if (rootns_refused(err))
-    return -1;
   return host_mount_clone(&h, NULL, err);
 }
 

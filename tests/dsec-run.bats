@@ -772,6 +772,21 @@ print(json.dumps({"type": "eof"}))
   sb_gone "$id"
 }
 
+# last_one_reaped WHAT ID DIR: with no sandbox left, dsec-reap plans the
+# unmount of the host-wide mount WHAT (id ID) at $DSEC_RUN/layers/DIR/mnt,
+# a dry run leaves it, the real run unmounts it and nothing is left
+# under $DSEC_RUN/layers
+last_one_reaped() {
+  run -0 --separate-stderr dsec-reap --dry-run
+  out_jq -s --arg w "$1" --arg id "$2" \
+    'any(.[]; .what == $w and .id == $id and .action == "would unmount")'
+  mountpoint -q "$DSEC_RUN/layers/$3/mnt"
+  run -0 --separate-stderr dsec-reap
+  out_jq -s --arg w "$1" --arg id "$2" \
+    'any(.[]; .what == $w and .id == $id and .action == "unmounted")'
+  [ -z "$(awk -v r="$DSEC_RUN/layers" 'index($2, r) == 1' /proc/self/mounts)" ]
+}
+
 @test "/sys: one read-only sysfs for every sandbox of the host, with no interface; dsec-reap unmounts it after the last one" {
   local a b c da db
   a=$(sb_create)
@@ -809,14 +824,7 @@ print(json.dumps({"type": "eof"}))
   run -0 --separate-stderr dsec-reap --dry-run
   out_jq -s 'all(.[]; .what != "sysfs_mount")'
   dsec-run rm "$b" >/dev/null
-  run -0 --separate-stderr dsec-reap --dry-run
-  out_jq -s 'any(.[]; .what == "sysfs_mount" and .id == "sysfs" and
-    .action == "would unmount")'
-  mountpoint -q "$DSEC_RUN/layers/sysfs/mnt"
-  run -0 --separate-stderr dsec-reap
-  out_jq -s 'any(.[]; .what == "sysfs_mount" and .id == "sysfs" and
-    .action == "unmounted")'
-  [ -z "$(awk -v r="$DSEC_RUN/layers" 'index($2, r) == 1' /proc/self/mounts)" ]
+  last_one_reaped sysfs_mount sysfs sysfs
 }
 
 @test "mount namespace: a copy of the host's template, with the mounts a copy of the host's gets (DSEC_MOUNT_NS=own); dsec-reap unmounts the template after the last sandbox" {
@@ -865,14 +873,7 @@ except OSError as e:
   run -0 --separate-stderr dsec-reap --dry-run
   out_jq -s 'all(.[]; .what != "mount_ns")'
   dsec-run rm "$a" >/dev/null
-  run -0 --separate-stderr dsec-reap --dry-run
-  out_jq -s 'any(.[]; .what == "mount_ns" and .id == "rootns" and
-    .action == "would unmount")'
-  mountpoint -q "$DSEC_RUN/layers/rootns/mnt"
-  run -0 --separate-stderr dsec-reap
-  out_jq -s 'any(.[]; .what == "mount_ns" and .id == "rootns" and
-    .action == "unmounted")'
-  [ -z "$(awk -v r="$DSEC_RUN/layers" 'index($2, r) == 1' /proc/self/mounts)" ]
+  last_one_reaped mount_ns rootns rootns
   # made again by the next creation
   c=$(sb_create)
   mountpoint -q "$DSEC_RUN/layers/rootns/mnt"

@@ -826,52 +826,44 @@ static int container_layers(struct dsec_store *s, json_t *env, char **paths,
   return 0;
 }
 
-/* The /sys of a container or fncall sandbox: a clone of the host's
- * shared sysfs (layermount.h) in *fd, or -1 where there is none (told so
- * with DSEC_SYSFS=own, rootless, or it cannot be mounted): the sandbox
- * then mounts its own.  env says which ("sysfs": "shared" or "own", and
- * why in "sysfs_unshared"). */
-static void container_sysfs(json_t *env, int *fd)
+/* A host-wide mount (layermount.h) a container or fncall sandbox takes
+ * its own of, from open, in *fd; or -1 where there is none, told so with
+ * var=own (the environment variable), rootless, or it cannot be made.
+ * env says which: env[key] shared or "own", and why in env[why]. */
+static void container_host_mount(json_t *env, const char *var, const char *key,
+                                 const char *shared, const char *why,
+                                 int (*open)(struct dsec_error **), int *fd)
 {
   _cleanup_error_ struct dsec_error *e = NULL;
-  const char *want = getenv("DSEC_SYSFS");
+  const char *want = getenv(var);
 
   if (want && strcmp(want, "own") == 0) {
     *fd = -1;
-    dsec_error_set(&e, DSEC_EXIT_FAILURE, 0, "DSEC_SYSFS=own");
+    dsec_error_set(&e, DSEC_EXIT_FAILURE, 0, "%s=own", var);
   } else
-    *fd = dsec_sysfs_mount_clone(&e);
-  json_object_set_new(env, "sysfs", json_string(*fd >= 0 ? "shared" : "own"));
+    *fd = open(&e);
+  json_object_set_new(env, key, json_string(*fd >= 0 ? shared : "own"));
   if (*fd < 0) {
-    json_object_set_new(env, "sysfs_unshared",
-                        json_string(e && e->msg ? e->msg : "sysfs"));
-    dsec_debug("a sysfs of the sandbox's own: %s", e ? e->msg : "");
+    json_object_set_new(env, why, json_string(e && e->msg ? e->msg : key));
+    dsec_debug("%s of the sandbox's own: %s", key, e ? e->msg : "");
   }
 }
 
-/* The template mount namespace (layermount.h) a container or fncall
- * sandbox starts from, in *fd, or -1 where there is none (told so with
- * DSEC_MOUNT_NS=own, rootless, or it cannot be made): its init then
- * pivot_roots out of a copy of the host's mounts.  env says which
- * ("mount_ns": "template" or "own", and why in "mount_ns_own"). */
+/* The /sys of a container or fncall sandbox: a clone of the host's
+ * shared sysfs, or (-1) one the sandbox mounts itself ("sysfs": "shared"
+ * or "own", "sysfs_unshared"); its mount namespace: a copy of the
+ * template, or (-1) one its init pivot_roots out of, copied from the
+ * host's ("mount_ns": "template" or "own", "mount_ns_own"). */
+static void container_sysfs(json_t *env, int *fd)
+{
+  container_host_mount(env, "DSEC_SYSFS", "sysfs", "shared", "sysfs_unshared",
+                       dsec_sysfs_mount_clone, fd);
+}
+
 static void container_mount_ns(json_t *env, int *fd)
 {
-  _cleanup_error_ struct dsec_error *e = NULL;
-  const char *want = getenv("DSEC_MOUNT_NS");
-
-  if (want && strcmp(want, "own") == 0) {
-    *fd = -1;
-    dsec_error_set(&e, DSEC_EXIT_FAILURE, 0, "DSEC_MOUNT_NS=own");
-  } else
-    *fd = dsec_rootns_open(&e);
-  json_object_set_new(env, "mount_ns",
-                      json_string(*fd >= 0 ? "template" : "own"));
-  if (*fd < 0) {
-    json_object_set_new(env, "mount_ns_own",
-                        json_string(e && e->msg ? e->msg : "mount_ns"));
-    dsec_debug("a mount namespace copied from the host's: %s",
-               e ? e->msg : "");
-  }
+  container_host_mount(env, "DSEC_MOUNT_NS", "mount_ns", "template",
+                       "mount_ns_own", dsec_rootns_open, fd);
 }
 
 /* Creates the sandbox; *id gets its id. */
