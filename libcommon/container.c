@@ -3650,7 +3650,7 @@ static int template_ns(struct sup *s, struct dsec_error **err)
   _cleanup_close_ int tree = -1;
   int sp[2], ns = -1;
   struct { int e; pid_t pid; } r = { 0, 0 };
-  pid_t pid;
+  pid_t pid, self;
 
   tree = (int) syscall(SYS_open_tree, AT_FDCWD, rootfs,
                        OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC | AT_RECURSIVE);
@@ -3660,11 +3660,15 @@ static int template_ns(struct sup *s, struct dsec_error **err)
    * up, and its end of file comes back once the copy is open */
   if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sp) < 0)
     return dsec_fail(err, errno, "socketpair");
+  self = getpid();
   pid = fork();
   if (pid == 0) {
     char c;
     close(sp[0]);
-    prctl(PR_SET_PDEATHSIG, SIGKILL);
+    /* (a supervisor killed before the prctl is not our parent now) */
+    if (prctl(PR_SET_PDEATHSIG, SIGKILL) < 0 || getppid() != self)
+      _exit(1);
+    self = getpid();
     if (setns(s->rootns_fd, CLONE_NEWNS) < 0 || unshare(CLONE_NEWNS) < 0 ||
         syscall(SYS_move_mount, tree, "", AT_FDCWD, "/",
                 MOVE_MOUNT_F_EMPTY_PATH) < 0 || (r.pid = fork()) < 0) {
@@ -3673,7 +3677,8 @@ static int template_ns(struct sup *s, struct dsec_error **err)
       _exit(1);
     }
     if (r.pid == 0) {
-      prctl(PR_SET_PDEATHSIG, SIGKILL);
+      if (prctl(PR_SET_PDEATHSIG, SIGKILL) < 0 || getppid() != self)
+        _exit(1);
       r.pid = getpid();
       if (setns(userns, CLONE_NEWUSER) < 0 || unshare(CLONE_NEWNS) < 0)
         r.e = errno;

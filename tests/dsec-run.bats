@@ -1513,6 +1513,14 @@ EOF
     sleep 0.1
   done
   sb_gone "$id"
+  # strace holds a traced child that is in its injected delay stopped,
+  # SIGKILL pending, until the delay ends: the supervisor's helper that
+  # copies the template (killed with the supervisor) and the front, which
+  # waits for the supervisor's end of its pipe, go within 3 s
+  for i in $(seq 100); do
+    [ -z "$(sb_pids)" ] && break
+    sleep 0.1
+  done
   [ -z "$(sb_pids)" ]
 }
 
