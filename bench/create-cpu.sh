@@ -9,7 +9,10 @@
 #
 # The ways are environments for dsec-run: BENCH_A (default empty, the
 # defaults) and BENCH_B (default DSEC_MOUNT_NS=own, a mount namespace
-# copied from the host's), each a list of NAME=VALUE words.  A benchmark,
+# copied from the host's), each a list of NAME=VALUE words.  With
+# BENCH_BASE=<tree>, way B runs that tree's dsec-run instead (a build of
+# another commit, on the same store), with BENCH_B (then empty by
+# default) as its environment.  A benchmark,
 # not a test: `make check` never runs it.  Needs root.  Everything it
 # makes is private to it (a DSEC_ROOT/DSEC_RUN of its own under
 # BENCH_DIR, default /var/tmp) and is removed on any exit.
@@ -23,7 +26,8 @@ N=${1:-2000}
 BLOCKS=${2:-10}
 K=${3:-40}
 A=${BENCH_A:-}
-B=${BENCH_B-DSEC_MOUNT_NS=own}
+BASE=${BENCH_BASE:-}
+if [[ -n $BASE ]]; then B=${BENCH_B:-}; else B=${BENCH_B-DSEC_MOUNT_NS=own}; fi
 BIN=${DSEC_BIN:-$top}
 
 log() { printf '%s: %s\n' "$prog" "$*" >&2; }
@@ -37,6 +41,7 @@ done
 for b in dsec-run dsec-pull dsec-reap; do
   [[ -x $BIN/$b ]] || die "$BIN/$b not found: build dsec first (or set DSEC_BIN)"
 done
+[[ -z $BASE || -x $BASE/dsec-run ]] || die "$BASE/dsec-run not found (BENCH_BASE)"
 for w in $A $B; do
   [[ $w =~ ^[A-Z_][A-Z0-9_]*= ]] || die "BENCH_A and BENCH_B are NAME=VALUE words: $w"
 done
@@ -46,6 +51,12 @@ chmod 711 "$WORK"
 mkdir "$WORK/bin"
 cp "$BIN/dsec-run" "$BIN/dsec-pull" "$BIN/dsec-reap" "$WORK/bin/"
 DSEC=$WORK/bin/dsec-run
+DSEC_B=$DSEC
+if [[ -n $BASE ]]; then
+  mkdir "$WORK/base"
+  cp "$BASE/dsec-run" "$WORK/base/"
+  DSEC_B=$WORK/base/dsec-run
+fi
 export DSEC_ROOT=$WORK/root DSEC_RUN=$WORK/run
 unset DSEC_STORE DSEC_DEBUG DSEC_LOG_FORMAT DSEC_MOUNT_NS
 
@@ -69,17 +80,18 @@ trap 'exit 129' HUP
 "$WORK/bin/dsec-pull" --name busybox:bench "tar:$WORK/bb.tar.gz" >/dev/null
 echo '{"image":"busybox:bench","resources":{"memory_mb":64}}' >"$WORK/spec.json"
 
-# creates K [NAME=VALUE...]: K creates, 4 at a time, in that environment
+# creates K DSEC-RUN [NAME=VALUE...]: K creates, 4 at a time, by that
+# dsec-run in that environment
 creates() {
-  local k=$1
-  shift
-  seq "$k" | env "$@" xargs -P 4 -I{} "$DSEC" create --spec "$WORK/spec.json" \
+  local k=$1 run=$2
+  shift 2
+  seq "$k" | env "$@" xargs -P 4 -I{} "$run" create --spec "$WORK/spec.json" \
     >/dev/null 2>>"$WORK/err" || die "a create failed: $(tail -3 "$WORK/err")"
 }
 busy() { awk '$1 == "cpu" { print $2 + $3 + $4 + $7 + $8 }' /proc/stat; }
 
 log "creating $N idle sandboxes"
-((N == 0)) || creates "$N"
+((N == 0)) || creates "$N" "$DSEC"
 hz=$(getconf CLK_TCK)
 declare -A cpu=([A]=0 [B]=0) wall=([A]=0 [B]=0) made=([A]=0 [B]=0)
 log "$BLOCKS blocks of $K creates, A ($A) and B ($B) in turn"
@@ -89,7 +101,7 @@ for ((i = 0; i < BLOCKS; i++)); do
   c0=$(busy) t0=${EPOCHREALTIME/./}
   # (the ways are lists of words)
   # shellcheck disable=SC2086
-  if [[ $w == A ]]; then creates "$K" $A; else creates "$K" $B; fi
+  if [[ $w == A ]]; then creates "$K" "$DSEC" $A; else creates "$K" "$DSEC_B" $B; fi
   t1=${EPOCHREALTIME/./} c1=$(busy)
   cpu[$w]=$((cpu[$w] + c1 - c0))
   wall[$w]=$((wall[$w] + t1 - t0))
@@ -99,7 +111,7 @@ done
 echo "# bench/create-cpu.sh $N $BLOCKS $K; $(nproc) CPUs, $(uname -r), load $(cut -d' ' -f1-3 /proc/loadavg) at the end"
 for w in A B; do
   env=$A
-  [[ $w == A ]] || env=$B
+  [[ $w == A ]] || env=$B${BASE:+ (dsec-run of $BASE)}
   awk -v w="$w" -v env="${env:-(defaults)}" -v c="${cpu[$w]}" -v hz="$hz" \
     -v t="${wall[$w]}" -v n="${made[$w]}" 'BEGIN {
       printf("%s %-24s %6.2f ms CPU per create, %6.1f creates/s\n", w, env,

@@ -1426,6 +1426,9 @@ struct stage1_args {
   struct dsec_cmdline_area cmdline; /* ditto (init's is at the same place) */
   int cg_fds[DSEC_CG_N]; /* the sandbox's cgroups, which stage1 moves
                           * itself into (dsec_cgroup_join); -1: none */
+  /* init's seccomp filters, compiled once per host (seccomp_filters):
+   * the audited one as a template for init's token, and the plain one */
+  struct dsec_bpf filter_tmpl, filter_plain;
 };
 
 /* Landlock, once every mount is made: the container's init restricts
@@ -1530,11 +1533,15 @@ _Noreturn static void run_init(struct stage1_args *a)
    * children's until their execve are not dumpable) */
   if (getrandom(&c.token, sizeof c.token, 0) != (ssize_t) sizeof c.token)
     c.token = 0;
-  if (dsec_seccomp_build_token(&c.filter, seccomp_flags(a->spec) |
-                                            DSEC_SECCOMP_NOTIFY,
-                               c.token, &err) < 0 ||
-      dsec_seccomp_build(&c.filter_plain, seccomp_flags(a->spec), &err) < 0)
+  if ((c.token && a->filter_tmpl.insns
+         ? dsec_seccomp_set_token(&c.filter, &a->filter_tmpl, c.token, &err)
+         : dsec_seccomp_build_token(&c.filter, seccomp_flags(a->spec) |
+                                                 DSEC_SECCOMP_NOTIFY,
+                                    c.token, &err)) < 0)
     die_init(c.sock, "%s", err->msg);
+  dsec_bpf_clear(&a->filter_tmpl);
+  c.filter_plain = a->filter_plain;
+  a->filter_plain = (struct dsec_bpf){ 0 };
   init_setup(&c, a->spec);
   ready = json_pack("{s:s}", "op", "ready");
   init_landlock(&c, a->spec, ready);
@@ -2062,6 +2069,33 @@ static int ctr_freeze(struct dsec_engine *e, bool frozen, struct dsec_error **er
 /* ---- exclusive execs */
 
 
+/* The sandbox's two seccomp filters for flags, from the host's cache of
+ * compiled ones ($DSEC_RUN/seccomp): the audited one (a template for a
+ * token, with token; none where libseccomp makes none) and the plain
+ * one. */
+static int seccomp_filters(struct dsec_bpf *audited, struct dsec_bpf *plain,
+                           unsigned flags, bool token, struct dsec_error **err)
+{
+  _cleanup_free_ char *run = dsec_run_dir();
+  _cleanup_free_ char *dir = xasprintf("%s/seccomp", run);
+
+  _cleanup_error_ struct dsec_error *e = NULL;
+
+  /* (a libseccomp that makes no template: init compiles its own) */
+  if (dsec_seccomp_cached(audited, flags | DSEC_SECCOMP_NOTIFY, token, dir,
+                          &e) < 0 &&
+      !(token && e->errnum == EPROTO)) {
+    if (err && !*err)
+      *err = steal_pointer(&e);
+    return -1;
+  }
+  if (dsec_seccomp_cached(plain, flags, false, dir, err) < 0) {
+    dsec_bpf_clear(audited);
+    return -1;
+  }
+  return 0;
+}
+
 /* What exclusive execs run with, made once: the filters and rules init
  * made for the others. */
 static struct init_ctx *xexec_ctx(struct sup *s, struct dsec_error **err)
@@ -2078,9 +2112,7 @@ static struct init_ctx *xexec_ctx(struct sup *s, struct dsec_error **err)
   c->last_cap = last_cap();
   c->ll_abi = s->landlock_off ? 0 : dsec_landlock_abi(NULL);
   c->protect = json_object_get(s->e->spec_json, "protect");
-  if (dsec_seccomp_build(&c->filter, flags | DSEC_SECCOMP_NOTIFY, err) < 0 ||
-      dsec_seccomp_build(&c->filter_plain, flags, err) < 0) {
-    dsec_bpf_clear(&c->filter);
+  if (seccomp_filters(&c->filter, &c->filter_plain, flags, false, err) < 0) {
     free(c);
     return NULL;
   }
@@ -3555,6 +3587,12 @@ static int start_stage1(struct sup *s, json_t *spec, struct dsec_error **err)
     setsockopt(ip[0], SOL_SOCKET, SO_RCVBUFFORCE, &sz, sizeof sz);
     setsockopt(ip[1], SOL_SOCKET, SO_RCVBUFFORCE, &sz, sizeof sz);
   }
+  if (seccomp_filters(&a.filter_tmpl, &a.filter_plain, seccomp_flags(spec),
+                      true, err) < 0) {
+    close(ip[0]);
+    close(ip[1]);
+    return -1;
+  }
   a.sock = ip[1];
   a.rootfd = -1;
   a.spec = spec;
@@ -3570,6 +3608,8 @@ static int start_stage1(struct sup *s, json_t *spec, struct dsec_error **err)
       (s->e->cg && dsec_cgroup_join_open(s->e->cg, a.cg_fds, err) < 0)) {
     if (a.netns_fd >= 0)
       close(a.netns_fd);
+    dsec_bpf_clear(&a.filter_tmpl);
+    dsec_bpf_clear(&a.filter_plain);
     close(ip[0]);
     close(ip[1]);
     return -1;
@@ -3585,6 +3625,8 @@ static int start_stage1(struct sup *s, json_t *spec, struct dsec_error **err)
   }
   close(ip[1]);
   dsec_cgroup_join_close(a.cg_fds);
+  dsec_bpf_clear(&a.filter_tmpl);
+  dsec_bpf_clear(&a.filter_plain);
   if (a.netns_fd >= 0)
     close(a.netns_fd);
   s->isock = ip[0];

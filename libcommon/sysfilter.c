@@ -2,8 +2,10 @@
 
 #include "sysfilter.h"
 
+#include <elf.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <link.h>
 #include <linux/netlink.h>
 #include <linux/sched.h>
 #include <seccomp.h>
@@ -15,7 +17,12 @@
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
+#include <sys/utsname.h>
 #include <unistd.h>
+#include <zlib.h>
+
+#include "fsutil.h"
+#include "store.h"
 
 /* Kernel attack surface a sandboxed agent has no use for.  Each is EPERM,
  * like a missing capability, so programs take their usual fallback. */
@@ -293,6 +300,232 @@ int dsec_seccomp_build_token(struct dsec_bpf *out, unsigned flags,
   return 0;
 }
 
+/* ---- compiled once per build and host */
+
+#define TOKEN_PLACEHOLDER DSEC_SECCOMP_TOKEN_PLACEHOLDER
+
+/* A cache file: this header, the key (what made the filter: the build,
+ * libseccomp, the kernel), then the instructions. */
+struct cache_hdr {
+  char magic[8];         /* "DSECBPF1" */
+  uint32_t crc;          /* zlib crc32 of all that follows this field */
+  uint32_t flags;        /* the filter's flags, with CACHE_TOKEN */
+  uint16_t key_len;
+  uint16_t len;          /* instructions */
+  uint16_t tok_hi, tok_lo;
+};
+
+#define CACHE_TOKEN (1U << 31)
+#define CACHE_MAX (sizeof(struct cache_hdr) + 1024 + BPF_MAXINSNS * 8)
+
+static int note_build_id(struct dl_phdr_info *info, size_t size, void *data)
+{
+  char *out = data;
+  (void) size;
+  /* the first object is the program */
+  for (int i = 0; i < info->dlpi_phnum; i++) {
+    const ElfW(Phdr) *ph = &info->dlpi_phdr[i];
+    const char *p = (const char *) (info->dlpi_addr + ph->p_vaddr);
+    const char *end = p + ph->p_memsz;
+    if (ph->p_type != PT_NOTE)
+      continue;
+    while (p + sizeof(ElfW(Nhdr)) <= end) {
+      const ElfW(Nhdr) *n = (const ElfW(Nhdr) *) p;
+      const unsigned char *desc =
+        (const unsigned char *) p + sizeof *n + ((n->n_namesz + 3) & ~3U);
+      if (n->n_type == NT_GNU_BUILD_ID && n->n_namesz == 4 &&
+          memcmp(p + sizeof *n, "GNU", 4) == 0 && n->n_descsz <= 64 &&
+          (const char *) desc + n->n_descsz <= end) {
+        for (unsigned k = 0; k < n->n_descsz; k++)
+          sprintf(out + 2 * k, "%02x", desc[k]);
+        return 1;
+      }
+      p = (const char *) desc + ((n->n_descsz + 3) & ~3U);
+    }
+  }
+  return 1;
+}
+
+/* What the filters of this process depend on: the program's build (its
+ * GNU build id), libseccomp's version, the kernel.  NULL where the
+ * program has no build id: nothing is cached then. */
+static char *cache_key(void)
+{
+  char id[129] = "";
+  const struct scmp_version *v = seccomp_version();
+  struct utsname u;
+
+  dl_iterate_phdr(note_build_id, id);
+  if (!id[0] || uname(&u) < 0)
+    return NULL;
+  return xasprintf("build %s libseccomp %u.%u.%u kernel %s %s %s", id,
+                   v ? v->major : 0, v ? v->minor : 0, v ? v->micro : 0,
+                   u.release, u.version, u.machine);
+}
+
+/* The two instructions comparing the placeholder's words, each the only
+ * instruction with its value; false where there are not. */
+static bool find_token(const struct dsec_bpf *f, uint64_t token,
+                       unsigned short *hi, unsigned short *lo)
+{
+  unsigned nhi = 0, nlo = 0;
+  for (unsigned i = 0; i < f->len; i++) {
+    const struct sock_filter *in = &f->insns[i];
+    if (in->k == (uint32_t) (token >> 32))
+      nhi++, *hi = (unsigned short) i;
+    if (in->k == (uint32_t) token)
+      nlo++, *lo = (unsigned short) i;
+  }
+  return nhi == 1 && nlo == 1 &&
+         f->insns[*hi].code == (BPF_JMP | BPF_JEQ | BPF_K) &&
+         f->insns[*lo].code == (BPF_JMP | BPF_JEQ | BPF_K);
+}
+
+static void patch_token(struct dsec_bpf *f, uint64_t token)
+{
+  f->insns[f->tok_hi].k = (uint32_t) (token >> 32);
+  f->insns[f->tok_lo].k = (uint32_t) token;
+}
+
+static bool same_filter(const struct dsec_bpf *a, const struct dsec_bpf *b)
+{
+  return a->len == b->len &&
+         memcmp(a->insns, b->insns, a->len * sizeof *a->insns) == 0;
+}
+
+/* Compiles the template: the filter with the placeholder, whose token
+ * instructions, patched with another token, must give what libseccomp
+ * compiles for that one. */
+static int compile_template(struct dsec_bpf *out, unsigned flags,
+                            struct dsec_error **err)
+{
+  const uint64_t other = ~TOKEN_PLACEHOLDER;
+  struct dsec_bpf check = { 0 };
+  bool ok;
+
+  if (dsec_seccomp_build_token(out, flags, TOKEN_PLACEHOLDER, err) < 0)
+    return -1;
+  if (dsec_seccomp_build_token(&check, flags, other, err) < 0) {
+    dsec_bpf_clear(out);
+    return -1;
+  }
+  ok = find_token(out, TOKEN_PLACEHOLDER, &out->tok_hi, &out->tok_lo);
+  if (ok) {
+    patch_token(out, other);
+    ok = same_filter(out, &check);
+    patch_token(out, TOKEN_PLACEHOLDER);
+  }
+  dsec_bpf_clear(&check);
+  if (!ok) {
+    dsec_bpf_clear(out);
+    return dsec_fail(err, EPROTO, "libseccomp compiles the exec token "
+                                  "into a filter of another shape");
+  }
+  return 0;
+}
+
+static uint32_t cache_crc(const struct cache_hdr *h, size_t len)
+{
+  const unsigned char *after = (const unsigned char *) &h->crc + sizeof h->crc;
+  return (uint32_t) crc32(0L, after,
+                          (uInt) (len - (size_t) (after -
+                                                  (const unsigned char *) h)));
+}
+
+/* The cached filter of name, or false. */
+static bool cache_read(int dfd, const char *name, const char *key,
+                       uint32_t flags, struct dsec_bpf *out)
+{
+  _cleanup_free_ char *buf = xmalloc(CACHE_MAX);
+  _cleanup_close_ int fd = openat(dfd, name,
+                                  O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+  struct cache_hdr h;
+  size_t klen = strlen(key);
+  ssize_t n;
+
+  if (fd < 0 || (n = read(fd, buf, CACHE_MAX)) < (ssize_t) sizeof h)
+    return false;
+  memcpy(&h, buf, sizeof h);
+  if (memcmp(h.magic, "DSECBPF1", 8) != 0 || h.flags != flags ||
+      h.key_len != klen || h.len == 0 || h.len > BPF_MAXINSNS ||
+      (size_t) n != sizeof h + klen + h.len * sizeof(struct sock_filter) ||
+      memcmp(buf + sizeof h, key, klen) != 0 ||
+      cache_crc((struct cache_hdr *) buf, (size_t) n) != h.crc)
+    return false;
+  out->len = h.len;
+  out->insns = xmalloc(h.len * sizeof *out->insns);
+  memcpy(out->insns, buf + sizeof h + klen, h.len * sizeof *out->insns);
+  if (flags & CACHE_TOKEN) {
+    if (!find_token(out, TOKEN_PLACEHOLDER, &out->tok_hi, &out->tok_lo) ||
+        out->tok_hi != h.tok_hi || out->tok_lo != h.tok_lo) {
+      dsec_bpf_clear(out);
+      return false;
+    }
+  }
+  return true;
+}
+
+static void cache_write(int dfd, const char *name, const char *key,
+                        uint32_t flags, const struct dsec_bpf *f)
+{
+  size_t klen = strlen(key), ilen = f->len * sizeof *f->insns;
+  size_t len = sizeof(struct cache_hdr) + klen + ilen;
+  _cleanup_free_ char *buf = xmalloc(len);
+  struct cache_hdr h = { .flags = flags, .key_len = (uint16_t) klen,
+                         .len = f->len, .tok_hi = f->tok_hi,
+                         .tok_lo = f->tok_lo };
+
+  memcpy(h.magic, "DSECBPF1", 8);
+  memcpy(buf, &h, sizeof h);
+  memcpy(buf + sizeof h, key, klen);
+  memcpy(buf + sizeof h + klen, f->insns, ilen);
+  ((struct cache_hdr *) buf)->crc = cache_crc((struct cache_hdr *) buf, len);
+  /* a cache: a crash that loses it costs a compile */
+  dsec_write_file_replace(dfd, name, buf, len, 0600, NULL);
+}
+
+int dsec_seccomp_cached(struct dsec_bpf *out, unsigned flags, bool token,
+                        const char *dir, struct dsec_error **err)
+{
+  _cleanup_free_ char *key = cache_key();
+  _cleanup_free_ char *name = NULL;
+  _cleanup_close_ int dfd = -1;
+  uint32_t cflags = flags | (token ? CACHE_TOKEN : 0);
+
+  *out = (struct dsec_bpf){ 0 };
+  if (key && dsec_private_dir(dir, NULL) == 0)
+    dfd = open(dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+  name = xasprintf("filter-%x.bpf", cflags);
+  if (dfd >= 0 && cache_read(dfd, name, key, cflags, out))
+    return 1;
+  if ((token ? compile_template(out, flags, err)
+             : dsec_seccomp_build(out, flags, err)) < 0)
+    return -1;
+  if (dfd >= 0)
+    cache_write(dfd, name, key, cflags, out);
+  return 0;
+}
+
+int dsec_seccomp_set_token(struct dsec_bpf *out, const struct dsec_bpf *tmpl,
+                           uint64_t token, struct dsec_error **err)
+{
+  unsigned short hi, lo;
+
+  *out = (struct dsec_bpf){ 0 };
+  if (!tmpl->insns || tmpl->tok_hi == tmpl->tok_lo ||
+      tmpl->tok_hi >= tmpl->len || tmpl->tok_lo >= tmpl->len ||
+      !find_token(tmpl, TOKEN_PLACEHOLDER, &hi, &lo) || hi != tmpl->tok_hi ||
+      lo != tmpl->tok_lo)
+    return dsec_fail(err, EINVAL, "not a seccomp filter template");
+  out->len = tmpl->len;
+  out->insns = xmalloc(tmpl->len * sizeof *out->insns);
+  memcpy(out->insns, tmpl->insns, tmpl->len * sizeof *out->insns);
+  out->tok_hi = tmpl->tok_hi;
+  out->tok_lo = tmpl->tok_lo;
+  patch_token(out, token);
+  return 0;
+}
+
 int dsec_seccomp_install(const struct dsec_bpf *f, bool listener)
 {
   struct sock_fprog prog = { .len = f->len, .filter = f->insns };
@@ -303,6 +536,5 @@ int dsec_seccomp_install(const struct dsec_bpf *f, bool listener)
 void dsec_bpf_clear(struct dsec_bpf *f)
 {
   free(f->insns);
-  f->insns = NULL;
-  f->len = 0;
+  *f = (struct dsec_bpf){ 0 };
 }

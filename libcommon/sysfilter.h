@@ -12,6 +12,10 @@
 struct dsec_bpf {
   struct sock_filter *insns;
   unsigned short len;
+  /* a template (dsec_seccomp_cached with a token): the two instructions
+   * that compare the token's high and low words, which
+   * dsec_seccomp_set_token patches; 0 where not a template */
+  unsigned short tok_hi, tok_lo;
 };
 
 /* What a filter does beyond the default list. */
@@ -35,6 +39,26 @@ int dsec_seccomp_build(struct dsec_bpf *out, unsigned flags,
  * 0: none), never in reach of what runs in the sandbox. */
 int dsec_seccomp_build_token(struct dsec_bpf *out, unsigned flags,
                              uint64_t token, struct dsec_error **err);
+/* The same filters, compiled once per build and host: from dir's cache
+ * of them (e.g. $DSEC_RUN/seccomp, made 0700) when it holds this build's
+ * for flags, else compiled and put there (temp and rename; a file that is
+ * torn, corrupt or of another build or kernel is compiled again).  With
+ * token set, a template for dsec_seccomp_set_token: the filter of
+ * dsec_seccomp_build_token with a placeholder token.  libseccomp takes
+ * ~1 ms to compile one, every sandbox needs two, and they differ only in
+ * the token.  Returns 1 (from the cache), 0 (compiled) or -1 (error; a
+ * cache that cannot be written is no error; EPROTO: this libseccomp
+ * compiles the token into no template, compile each filter instead). */
+int dsec_seccomp_cached(struct dsec_bpf *out, unsigned flags, bool token,
+                        const char *dir, struct dsec_error **err);
+/* The token a template holds (its words are found by value, so they are
+ * ones no other instruction of the filter holds: checked). */
+#define DSEC_SECCOMP_TOKEN_PLACEHOLDER 0x64736563746f6b6eULL /* "dsectokn" */
+/* Puts token into a copy of template (from dsec_seccomp_cached with a
+ * token): out is then what dsec_seccomp_build_token would compile.  -1
+ * (EINVAL) where template is not one. */
+int dsec_seccomp_set_token(struct dsec_bpf *out, const struct dsec_bpf *tmpl,
+                           uint64_t token, struct dsec_error **err);
 /* Installs it on the calling thread (needs no_new_privs or CAP_SYS_ADMIN);
  * async-signal-safe, for use between fork and exec.  With listener set,
  * returns the new listener fd (a filter built with notify). */

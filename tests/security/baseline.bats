@@ -54,6 +54,33 @@ teardown() {
   assert_event "$SB" '.type == "denied" and .syscall == "keyctl" and .pid > 0'
 }
 
+@test "the filters are compiled once per host: a damaged file of the cache is compiled again, never installed" {
+  sb_create
+  local dir=$DSEC_RUN/seccomp f n=0 klen len i
+  [ "$(stat -c %a "$dir")" = 700 ]
+  for f in "$dir"/filter-*.bpf; do
+    [ "$(stat -c %a "$f")" = 600 ]
+    cp "$f" "$f.good"
+    # every instruction (after the 24 bytes of the header and the key)
+    # made "return ALLOW": a filter that lets everything through
+    klen=$(od -An -tu2 -j16 -N2 "$f" | tr -d ' ')
+    len=$(od -An -tu2 -j18 -N2 "$f" | tr -d ' ')
+    for ((i = 0; i < len; i++)); do printf '\x06\0\0\0\0\0\xff\x7f'; done |
+      dd of="$f" bs=8 oflag=seek_bytes seek=$((24 + klen)) conv=notrunc 2>/dev/null
+    ! cmp -s "$f" "$f.good"
+    n=$((n + 1))
+  done
+  [ "$n" -ge 2 ] # the audited one's template and the plain one
+  sb_create
+  attack keyctl
+  assert_blocked keyctl
+  assert_event "$SB" '.type == "denied" and .syscall == "keyctl"'
+  # compiled again and put back as it was
+  for f in "$dir"/filter-*.bpf; do
+    cmp "$f" "$f.good"
+  done
+}
+
 @test "bpf(BPF_PROG_LOAD) and BPF_MAP_CREATE are denied" {
   sb_create
   attack bpf
