@@ -1579,7 +1579,7 @@ _Noreturn static void run_init(struct stage1_args *a)
   json_decref(ready);
   json_decref(a->spec);
   /* an idle sandbox's memory is mostly ours: give back the heap the setup
-   * freed (building the seccomp filters, ~160 KiB) */
+   * freed */
   malloc_trim(0);
   init_loop(&c);
 }
@@ -2078,7 +2078,6 @@ static int seccomp_filters(struct dsec_bpf *audited, struct dsec_bpf *plain,
 {
   _cleanup_free_ char *run = dsec_run_dir();
   _cleanup_free_ char *dir = xasprintf("%s/seccomp", run);
-
   _cleanup_error_ struct dsec_error *e = NULL;
 
   /* (a libseccomp that makes no template: init compiles its own) */
@@ -3375,7 +3374,7 @@ static int mount_rootfs(struct sup *s, struct dsec_container_opts *o,
     _cleanup_free_ char *top = dsec_run_dir();
     dsec_layer_mounts_detach(top);
   }
-  if (o->n_layers == 1 || s->fncall) {
+  if (o->n_layers == 1 && s->fncall) {
     /* overlay wants two lower layers when there is no upper: an empty one */
     _cleanup_free_ char *empty = xasprintf("%s/lower/empty", s->e->run);
     char *nl;

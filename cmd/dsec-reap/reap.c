@@ -867,8 +867,12 @@ static int reap_layer_mounts(struct reap *r, struct dsec_error **err)
 
 /* ---- run directories, names, temporary files of the root */
 
+static int reap_stale_in(struct reap *r, int dirfd, const char *path,
+                         bool recurse, struct dsec_error **err);
+
 /* Run directories without a sandbox directory (a removal or a creation
- * killed half way). */
+ * killed half way), and the stale temporary files of the cache of
+ * compiled seccomp filters (a creation killed while it wrote one). */
 static int reap_run_dirs(struct reap *r, struct dsec_error **err)
 {
   _cleanup_closedir_ DIR *d = opendir(r->run);
@@ -884,6 +888,14 @@ static int reap_run_dirs(struct reap *r, struct dsec_error **err)
     path = xasprintf("%s/%s", r->run, de->d_name);
     ret = remove_put(r, dirfd(d), de->d_name, "run_dir", de->d_name, "orphan",
                      json_pack("{s:s}", "path", path), err);
+  }
+  if (ret == 0) {
+    _cleanup_free_ char *path = xasprintf("%s/seccomp", r->run);
+    _cleanup_close_ int fd = openat(dirfd(d), "seccomp",
+                                    O_RDONLY | O_DIRECTORY | O_NOFOLLOW |
+                                      O_CLOEXEC);
+    if (fd >= 0)
+      ret = reap_stale_in(r, fd, path, false, err);
   }
   return ret;
 }
