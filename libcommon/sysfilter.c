@@ -493,8 +493,11 @@ int dsec_seccomp_cached(struct dsec_bpf *out, unsigned flags, bool token,
   uint32_t cflags = flags | (token ? CACHE_TOKEN : 0);
 
   *out = (struct dsec_bpf){ 0 };
-  if (key && dsec_private_dir(dir, NULL) == 0)
+  if (key) {
     dfd = open(dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (dfd < 0 && errno == ENOENT && dsec_private_dir(dir, NULL) == 0)
+      dfd = open(dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+  }
   name = xasprintf("filter-%x.bpf", cflags);
   if (dfd >= 0 && cache_read(dfd, name, key, cflags, out))
     return 1;
