@@ -315,14 +315,16 @@ struct cache_hdr {
   uint16_t tok_hi, tok_lo;
 };
 
+_Static_assert(sizeof(struct cache_hdr) == 24, "the cache's header is 24 bytes");
+
 #define CACHE_TOKEN (1U << 31)
 #define CACHE_MAX (sizeof(struct cache_hdr) + 1024 + BPF_MAXINSNS * 8)
 
-static int note_build_id(struct dl_phdr_info *info, size_t size, void *data)
+/* The GNU build id of a loaded object, as hex into out (129 bytes); ""
+ * where it has none. */
+static void object_build_id(const struct dl_phdr_info *info, char *out)
 {
-  char *out = data;
-  (void) size;
-  /* the first object is the program */
+  out[0] = '\0';
   for (int i = 0; i < info->dlpi_phnum; i++) {
     const ElfW(Phdr) *ph = &info->dlpi_phdr[i];
     const char *p = (const char *) (info->dlpi_addr + ph->p_vaddr);
@@ -338,28 +340,52 @@ static int note_build_id(struct dl_phdr_info *info, size_t size, void *data)
           (const char *) desc + n->n_descsz <= end) {
         for (unsigned k = 0; k < n->n_descsz; k++)
           sprintf(out + 2 * k, "%02x", desc[k]);
-        return 1;
+        return;
       }
       p = (const char *) desc + ((n->n_descsz + 3) & ~3U);
     }
   }
-  return 1;
+}
+
+struct build_ids {
+  bool first;
+  char program[129], libseccomp[129];
+};
+
+static int note_build_id(struct dl_phdr_info *info, size_t size, void *data)
+{
+  struct build_ids *b = data;
+  const char *slash = info->dlpi_name ? strrchr(info->dlpi_name, '/') : NULL;
+  (void) size;
+  /* the first object is the program; a libseccomp of its own is the
+   * other thing the filters depend on (linked in, the program's id
+   * covers it) */
+  if (b->first) {
+    object_build_id(info, b->program);
+    b->first = false;
+  } else if (strncmp(slash ? slash + 1 : info->dlpi_name ? info->dlpi_name : "",
+                     "libseccomp.so", 13) == 0)
+    object_build_id(info, b->libseccomp);
+  return 0;
 }
 
 /* What the filters of this process depend on: the program's build (its
- * GNU build id), libseccomp's version, the kernel.  NULL where the
- * program has no build id: nothing is cached then. */
+ * GNU build id), libseccomp's (its version, and its build id where it is
+ * a shared library: a distribution's update keeps the version), the
+ * kernel.  NULL where the program has no build id: nothing is cached
+ * then. */
 static char *cache_key(void)
 {
-  char id[129] = "";
+  struct build_ids b = { .first = true };
   const struct scmp_version *v = seccomp_version();
   struct utsname u;
 
-  dl_iterate_phdr(note_build_id, id);
-  if (!id[0] || uname(&u) < 0)
+  dl_iterate_phdr(note_build_id, &b);
+  if (!b.program[0] || uname(&u) < 0)
     return NULL;
-  return xasprintf("build %s libseccomp %u.%u.%u kernel %s %s %s", id,
-                   v ? v->major : 0, v ? v->minor : 0, v ? v->micro : 0,
+  return xasprintf("build %s libseccomp %u.%u.%u %s kernel %s %s %s",
+                   b.program, v ? v->major : 0, v ? v->minor : 0,
+                   v ? v->micro : 0, b.libseccomp[0] ? b.libseccomp : "static",
                    u.release, u.version, u.machine);
 }
 
@@ -433,17 +459,29 @@ static uint32_t cache_crc(const struct cache_hdr *h, size_t len)
 }
 
 /* The cached filter of name, or false. */
+/* fd is ours alone to write (the cache is trusted for where it is: a
+ * file someone else could write is not read, nor written to). */
+static bool ours(int fd, mode_t type)
+{
+  struct stat st;
+  return fstat(fd, &st) == 0 && (st.st_mode & S_IFMT) == type &&
+         st.st_uid == geteuid() && !(st.st_mode & (S_IWGRP | S_IWOTH));
+}
+
 static bool cache_read(int dfd, const char *name, const char *key,
                        uint32_t flags, struct dsec_bpf *out)
 {
-  _cleanup_free_ char *buf = xmalloc(CACHE_MAX);
-  _cleanup_close_ int fd = openat(dfd, name,
-                                  O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+  _cleanup_close_ int fd = openat(dfd, name, O_RDONLY | O_NOFOLLOW |
+                                               O_NONBLOCK | O_CLOEXEC);
+  _cleanup_free_ char *buf = NULL;
   struct cache_hdr h;
   size_t klen = strlen(key);
   ssize_t n;
 
-  if (fd < 0 || (n = read(fd, buf, CACHE_MAX)) < (ssize_t) sizeof h)
+  if (fd < 0 || !ours(fd, S_IFREG))
+    return false;
+  buf = xmalloc(CACHE_MAX);
+  if ((n = read(fd, buf, CACHE_MAX)) < (ssize_t) sizeof h)
     return false;
   memcpy(&h, buf, sizeof h);
   if (memcmp(h.magic, "DSECBPF1", 8) != 0 || h.flags != flags ||
@@ -497,7 +535,13 @@ int dsec_seccomp_cached(struct dsec_bpf *out, unsigned flags, bool token,
     dfd = open(dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
     if (dfd < 0 && errno == ENOENT && dsec_private_dir(dir, NULL) == 0)
       dfd = open(dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (dfd >= 0 && !ours(dfd, S_IFDIR))
+      close(dsec_steal_fd(&dfd));
   }
+  /* no cache to keep a template in: each init compiles its own, which is
+   * one compile, where a template would be three */
+  if (dfd < 0 && token)
+    return dsec_fail(err, EPROTO, "no cache of seccomp filters at %s", dir);
   name = xasprintf("filter-%x.bpf", cflags);
   if (dfd >= 0 && cache_read(dfd, name, key, cflags, out))
     return 1;

@@ -46,9 +46,11 @@ int dsec_seccomp_build_token(struct dsec_bpf *out, unsigned flags,
  * token set, a template for dsec_seccomp_set_token: the filter of
  * dsec_seccomp_build_token with a placeholder token.  libseccomp takes
  * ~1 ms to compile one, every sandbox needs two, and they differ only in
- * the token.  Returns 1 (from the cache), 0 (compiled) or -1 (error; a
- * cache that cannot be written is no error; EPROTO: this libseccomp
- * compiles the token into no template, compile each filter instead). */
+ * the token.  The directory and its files are used only where they are
+ * the caller's own and nobody else's to write.  Returns 1 (from the
+ * cache), 0 (compiled) or -1 (error; a cache that cannot be written is
+ * no error; EPROTO with a token: no template to be had, from this
+ * libseccomp or without a cache: compile each filter instead). */
 int dsec_seccomp_cached(struct dsec_bpf *out, unsigned flags, bool token,
                         const char *dir, struct dsec_error **err);
 /* The token a template holds (its words are found by value, so they are

@@ -110,6 +110,26 @@ static int cached(const char *dir, unsigned flags, bool token, bool *same_as)
   return r;
 }
 
+/* Changes bytes of the cache file at path (offset off) and makes its
+ * checksum (at 8, of all that follows it) hold again. */
+static void poke_valid(const char *path, long off, const void *bytes, size_t n)
+{
+  char buf[65536];
+  int fd = open(path, O_RDWR);
+  ssize_t len = fd < 0 ? -1 : pread(fd, buf, sizeof buf, 0);
+  uint32_t crc;
+
+  if (len < 40 || off + (long) n > len)
+    bail_out("unexpected cache file %s", path);
+  memcpy(buf + off, bytes, n);
+  crc = (uint32_t) crc32(0L, (const unsigned char *) buf + 12,
+                         (uInt) (len - 12));
+  memcpy(buf + 8, &crc, 4);
+  if (pwrite(fd, buf, (size_t) len, 0) != len)
+    bail_out("pwrite");
+  close(fd);
+}
+
 /* Changes the file at offset off (from its end where negative). */
 static void poke(const char *path, long off, const void *bytes, size_t n)
 {
@@ -152,24 +172,23 @@ static void test_cache(const char *dir)
   /* another build's: the key (after the 24 bytes of the header) says
    * "build <id>"; its first letter changed, the checksum (at 8, of what
    * follows it) made to hold */
-  {
-    char buf[8192];
-    int fd = open(path, O_RDWR);
-    ssize_t n = fd < 0 ? -1 : pread(fd, buf, sizeof buf, 0);
-    uint32_t crc;
-    if (n < 40 || memcmp(buf + 24, "build ", 6) != 0)
-      bail_out("unexpected cache file %s", path);
-    buf[24] = 'B';
-    crc = (uint32_t) crc32(0L, (const unsigned char *) buf + 12,
-                           (uInt) (n - 12));
-    memcpy(buf + 8, &crc, 4);
-    if (pwrite(fd, buf, (size_t) n, 0) != n)
-      bail_out("pwrite");
-    close(fd);
-  }
+  poke_valid(path, 24, "B", 1);
   is_int(cached(dir, flags, false, &eq), 0,
          "another build's file is compiled again");
   is_int(cached(dir, flags, false, &eq), 1, "... and rewritten");
+
+  /* another's to write, or no regular file: not read */
+  if (chmod(path, 0620) < 0)
+    bail_out("chmod");
+  is_int(cached(dir, flags, false, &eq), 0,
+         "a file the group may write is not read");
+  ok(stat(path, &st) == 0 && (st.st_mode & 0777) == 0600,
+     "... and is replaced by one of mode 0600");
+  if (unlink(path) < 0 || mkfifo(path, 0600) < 0)
+    bail_out("mkfifo");
+  is_int(cached(dir, flags, false, &eq), 0,
+         "a FIFO in the file's place is not read (nor waited on)");
+  ok(stat(path, &st) == 0 && S_ISREG(st.st_mode), "... and is replaced");
 
   /* a file of other flags under this name */
   {
@@ -192,6 +211,44 @@ static void test_cache(const char *dir)
   is_int(cached(dir, DSEC_SECCOMP_NOTIFY, true, &eq), 1,
          "template: read back the second time");
   ok(eq, "template: what was read is the compiled one");
+  {
+    struct dsec_error *err = NULL;
+    struct dsec_bpf tmpl = { 0 };
+    uint64_t t = 0x0123456789abcdefULL;
+    char tpath[512];
+    uint16_t idx[2];
+    ok(dsec_seccomp_cached(&tmpl, DSEC_SECCOMP_NOTIFY, true, dir, &err) == 1 &&
+         token_matches(&tmpl, DSEC_SECCOMP_NOTIFY, t),
+       "template: the one read back, its token put in, is what libseccomp "
+       "compiles for that token");
+    /* its instructions' places in the header (at 20) swapped, the
+     * checksum made to hold */
+    snprintf(tpath, sizeof tpath, "%s/filter-%x.bpf", dir,
+             DSEC_SECCOMP_NOTIFY | (1U << 31));
+    idx[0] = tmpl.tok_lo;
+    idx[1] = tmpl.tok_hi;
+    poke_valid(tpath, 20, idx, sizeof idx);
+    dsec_bpf_clear(&tmpl);
+    is_int(cached(dir, DSEC_SECCOMP_NOTIFY, true, &eq), 0,
+           "template: a file whose token places are wrong is compiled again");
+    ok(eq, "... into the template");
+    dsec_error_free(err);
+  }
+  /* a directory others may write: not used, and no template without it */
+  {
+    struct dsec_error *err = NULL;
+    struct dsec_bpf f = { 0 };
+    if (chmod(dir, 0777) < 0)
+      bail_out("chmod");
+    is_int(cached(dir, flags, false, &eq), 0,
+           "in a directory others may write, nothing is read");
+    ok(dsec_seccomp_cached(&f, DSEC_SECCOMP_NOTIFY, true, dir, &err) < 0 &&
+         err && err->errnum == EPROTO && !f.insns,
+       "... and a template is not made there (EPROTO: init compiles its own)");
+    if (chmod(dir, 0700) < 0)
+      bail_out("chmod");
+    dsec_error_free(err);
+  }
 }
 
 static void test_not_template(const char *dir)
