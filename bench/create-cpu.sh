@@ -70,10 +70,8 @@ cleanup() {
   rm -rf --one-file-system "$WORK"
   exit "$rc"
 }
-trap cleanup EXIT
-trap 'exit 130' INT
-trap 'exit 143' TERM
-trap 'exit 129' HUP
+# shellcheck source=bench/traps.sh
+. "$here/traps.sh"
 
 "$top/examples/mkrootfs-busybox.sh" "$WORK/bb.tar.gz" >/dev/null 2>&1 ||
   die "cannot build the busybox rootfs"

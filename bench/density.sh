@@ -97,10 +97,8 @@ cleanup() {
   rm -rf --one-file-system "$WORK"
   exit "$rc"
 }
-trap cleanup EXIT
-trap 'exit 130' INT
-trap 'exit 143' TERM
-trap 'exit 129' HUP
+# shellcheck source=bench/traps.sh
+. "$here/traps.sh"
 
 # now_us: microseconds (bash's clock: no process per reading)
 now_us() { local t=$EPOCHREALTIME; echo "${t/./}"; }

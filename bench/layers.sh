@@ -74,10 +74,8 @@ cleanup() {
   done
   exit "$rc"
 }
-trap cleanup EXIT
-trap 'exit 130' INT
-trap 'exit 143' TERM
-trap 'exit 129' HUP
+# shellcheck source=bench/traps.sh
+. "$here/traps.sh"
 
 # mount_rec MOUNTPOINT MOUNT-ARGS...: records first, so an interrupt between
 # the mount and the bookkeeping still unmounts it

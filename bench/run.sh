@@ -156,10 +156,8 @@ cleanup() {
   fi
   exit "$rc"
 }
-trap cleanup EXIT
-trap 'exit 130' INT
-trap 'exit 143' TERM
-trap 'exit 129' HUP
+# shellcheck source=bench/traps.sh
+. "$here/traps.sh"
 
 # runs the helper in the background, so that a signal reaches the trap at
 # once and the trap can stop it

@@ -373,20 +373,26 @@ static int note_build_id(struct dl_phdr_info *info, size_t size, void *data)
  * GNU build id), libseccomp's (its version, and its build id where it is
  * a shared library: a distribution's update keeps the version), the
  * kernel.  NULL where the program has no build id: nothing is cached
- * then. */
-static char *cache_key(void)
+ * then.  Made once per process (a create takes two filters). */
+static const char *cache_key(void)
 {
+  static char *key;
+  static bool made;
   struct build_ids b = { .first = true };
   const struct scmp_version *v = seccomp_version();
   struct utsname u;
 
+  if (made)
+    return key;
+  made = true;
   dl_iterate_phdr(note_build_id, &b);
-  if (!b.program[0] || uname(&u) < 0)
-    return NULL;
-  return xasprintf("build %s libseccomp %u.%u.%u %s kernel %s %s %s",
-                   b.program, v ? v->major : 0, v ? v->minor : 0,
-                   v ? v->micro : 0, b.libseccomp[0] ? b.libseccomp : "static",
-                   u.release, u.version, u.machine);
+  if (b.program[0] && uname(&u) == 0)
+    key = xasprintf("build %s libseccomp %u.%u.%u %s kernel %s %s %s",
+                    b.program, v ? v->major : 0, v ? v->minor : 0,
+                    v ? v->micro : 0,
+                    b.libseccomp[0] ? b.libseccomp : "static", u.release,
+                    u.version, u.machine);
+  return key;
 }
 
 /* The two instructions comparing the placeholder's words, each the only
@@ -525,7 +531,7 @@ static void cache_write(int dfd, const char *name, const char *key,
 int dsec_seccomp_cached(struct dsec_bpf *out, unsigned flags, bool token,
                         const char *dir, struct dsec_error **err)
 {
-  _cleanup_free_ char *key = cache_key();
+  const char *key = cache_key();
   _cleanup_free_ char *name = NULL;
   _cleanup_close_ int dfd = -1;
   uint32_t cflags = flags | (token ? CACHE_TOKEN : 0);
