@@ -3314,10 +3314,47 @@ static int bind_into_root(struct sup *s, int rfd, const struct dsec_mount *m,
   return 0;
 }
 
+/* The overlay of the root from its layers as descriptors (lowers[], top
+ * first, each a detached idmapped mount), upper and work: Linux 6.15
+ * takes detached mounts as layers ("lowerdir+" with FSCONFIG_SET_FD), so
+ * no directory is made for a layer to be mounted on.  A mount descriptor,
+ * or -1 with errno; EINVAL from the first layer is an older kernel's
+ * (unknown parameter, or a detached mount refused). */
+static int overlay_by_fd(const int *lowers, size_t n, const char *empty,
+                         const char *upper, const char *work)
+{
+  _cleanup_close_ int fs = (int) syscall(SYS_fsopen, "overlay", FSOPEN_CLOEXEC);
+
+  if (fs < 0)
+    return -1;
+  for (size_t i = 0; i < n; i++)
+    if (syscall(SYS_fsconfig, fs, FSCONFIG_SET_FD, "lowerdir+", NULL,
+                lowers[i]) < 0)
+      return -1;
+  if ((empty && syscall(SYS_fsconfig, fs, FSCONFIG_SET_STRING, "lowerdir+",
+                        empty, 0) < 0) ||
+      (upper && (syscall(SYS_fsconfig, fs, FSCONFIG_SET_STRING, "upperdir",
+                         upper, 0) < 0 ||
+                 syscall(SYS_fsconfig, fs, FSCONFIG_SET_STRING, "workdir",
+                         work, 0) < 0 ||
+                 syscall(SYS_fsconfig, fs, FSCONFIG_SET_FLAG, "volatile",
+                         NULL, 0) < 0)) ||
+      syscall(SYS_fsconfig, fs, FSCONFIG_SET_FLAG, "userxattr", NULL, 0) < 0 ||
+      syscall(SYS_fsconfig, fs, FSCONFIG_CMD_CREATE, NULL, NULL, 0) < 0)
+    return -1;
+  return (int) syscall(SYS_fsmount, fs, FSMOUNT_CLOEXEC,
+                       MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV);
+}
+
+/* Whether this kernel's overlayfs takes detached mounts as layers: known
+ * after the first overlay a process makes (0 unknown, 1 yes, -1 no). */
+static int overlay_fd_layers;
+
 /* Mounts the sandbox's root in the supervisor's mount namespace:
- * run/lower/<i> idmapped layers, run/rootfs the overlay, then the spec's
- * bind mounts (idmapped as well, so the sandbox's root owns what the
- * host's root owns, and nothing is chowned). */
+ * run/rootfs the overlay of the idmapped layers (given as descriptors, or
+ * on older kernels mounted at run/lower/<i> first), then the spec's bind
+ * mounts (idmapped as well, so the sandbox's root owns what the host's
+ * root owns, and nothing is chowned). */
 static int mount_rootfs(struct sup *s, struct dsec_container_opts *o,
                         int userns, uid_t base, struct dsec_error **err)
 {
@@ -3325,11 +3362,15 @@ static int mount_rootfs(struct sup *s, struct dsec_container_opts *o,
   _cleanup_free_ char *opts = NULL;
   _cleanup_free_ char *upper = NULL;
   _cleanup_free_ char *work = NULL;
+  _cleanup_free_ char *empty = NULL;
   _cleanup_free_ char *rootfs = xasprintf("%s/rootfs", s->e->run);
-  size_t i;
+  _cleanup_close_ int root = -1;
+  int *trees = xmalloc((o->n_layers + 1) * sizeof *trees);
+  size_t i, n = 0;
+  int ret = -1;
 
-  for (i = 0; i < o->n_layers; i++) {
-    _cleanup_free_ char *dst = xasprintf("%s/lower/%zu", s->e->run, i);
+  /* each layer a detached mount, idmapped read-only, top layer first */
+  for (i = o->n_layers; i-- > 0; n++) {
     struct mount_attr attr = { .attr_set = MOUNT_ATTR_IDMAP | MOUNT_ATTR_RDONLY |
                                            MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV,
                                .userns_fd = (uint64_t) userns };
@@ -3338,35 +3379,29 @@ static int mount_rootfs(struct sup *s, struct dsec_container_opts *o,
       attr.attr_set &= ~(uint64_t) MOUNT_ATTR_IDMAP;
       attr.userns_fd = 0;
     }
-    _cleanup_close_ int t = -1;
-    char *nl;
-
-    if (dsec_mkdir_p(AT_FDCWD, dst, 0700, err) < 0)
-      return -1;
     if (o->layer_fds && o->layer_fds[i] >= 0) {
       s->erofs_images = xrealloc(s->erofs_images,
                                  (s->n_erofs + 1) * sizeof *s->erofs_images);
       s->erofs_images[s->n_erofs++] = xstrdup(o->layers[i]);
       /* the creator's clone of the host's mount of the layer's EROFS
        * image: this sandbox's own from now on */
-      t = o->layer_fds[i];
+      trees[n] = o->layer_fds[i];
       o->layer_fds[i] = -1;
     } else
-      t = (int) syscall(SYS_open_tree, AT_FDCWD, o->layers[i],
-                        OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC);
-    if (t < 0)
-      return dsec_fail(err, errno, "cannot open layer %s", o->layers[i]);
-    if (syscall(SYS_mount_setattr, t, "", AT_EMPTY_PATH, &attr, sizeof attr) < 0)
-      return dsec_fail(err, errno, "cannot idmap layer %s (idmapped mounts "
-                                   "need Linux 5.12 and a filesystem that "
-                                   "supports them)", o->layers[i]);
-    if (syscall(SYS_move_mount, t, "", AT_FDCWD, dst, MOVE_MOUNT_F_EMPTY_PATH) < 0)
-      return dsec_fail(err, errno, "cannot attach layer %s", o->layers[i]);
-    /* overlay lists the top layer first; relative to run/ keeps the
-     * option string short */
-    nl = xasprintf("lower/%zu%s%s", i, *lowers ? ":" : "", lowers);
-    free(lowers);
-    lowers = nl;
+      trees[n] = (int) syscall(SYS_open_tree, AT_FDCWD, o->layers[i],
+                               OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC);
+    if (trees[n] < 0) {
+      dsec_fail(err, errno, "cannot open layer %s", o->layers[i]);
+      goto out;
+    }
+    if (syscall(SYS_mount_setattr, trees[n], "", AT_EMPTY_PATH, &attr,
+                sizeof attr) < 0) {
+      dsec_fail(err, errno, "cannot idmap layer %s (idmapped mounts need "
+                            "Linux 5.12 and a filesystem that supports "
+                            "them)", o->layers[i]);
+      n++;
+      goto out;
+    }
   }
   {
     /* our copy of the host's layer mounts (made when we unshared) would
@@ -3376,34 +3411,38 @@ static int mount_rootfs(struct sup *s, struct dsec_container_opts *o,
   }
   if (o->n_layers == 1 && s->fncall) {
     /* overlay wants two lower layers when there is no upper: an empty one */
-    _cleanup_free_ char *empty = xasprintf("%s/lower/empty", s->e->run);
-    char *nl;
-    mkdir(empty, 0755);
-    nl = xasprintf("%s:lower/empty", lowers);
-    free(lowers);
-    lowers = nl;
+    empty = xasprintf("%s/lower/empty", s->e->run);
+    if (dsec_mkdir_p(AT_FDCWD, empty, 0755, err) < 0)
+      goto out;
   }
   if (dsec_mkdir_p(AT_FDCWD, rootfs, 0755, err) < 0)
-    return -1;
-  {
+    goto out;
+  if (!s->fncall) {
+    /* fncall's root has no upper layer: its calls write to tmpfs only */
     int64_t mb = s->e->spec->resources.disk_mb;
     _cleanup_free_ char *top = NULL;
-    if (mb > 0 && !s->fncall) {
+    if (mb > 0) {
       top = disk_limited_upper(s, mb, base, err);
       if (!top)
-        return -1;
+        goto out;
       s->upperfs = xstrdup(top);
     } else
       top = xstrdup(s->e->dir);
     upper = xasprintf("%s/upper", top);
     work = xasprintf("%s/work", top);
+    if (mkdir(upper, 0755) < 0 && errno != EEXIST) {
+      dsec_fail(err, errno, "cannot create %s", upper);
+      goto out;
+    }
+    if (mkdir(work, 0700) < 0 && errno != EEXIST) {
+      dsec_fail(err, errno, "cannot create %s", work);
+      goto out;
+    }
+    if (chown(upper, base, base) < 0 || chown(work, base, base) < 0) {
+      dsec_fail(err, errno, "cannot give the upper dir to the sandbox");
+      goto out;
+    }
   }
-  if (mkdir(upper, 0755) < 0 && errno != EEXIST)
-    return dsec_fail(err, errno, "cannot create %s", upper);
-  if (mkdir(work, 0700) < 0 && errno != EEXIST)
-    return dsec_fail(err, errno, "cannot create %s", work);
-  if (chown(upper, base, base) < 0 || chown(work, base, base) < 0)
-    return dsec_fail(err, errno, "cannot give the upper dir to the sandbox");
   /* Overlay metadata (opaque directories) is in user.overlay.* xattrs
    * (userxattr), as root too: a checkpoint reads the upper directory from
    * inside the sandbox's user namespace, where trusted.* cannot be read.
@@ -3413,30 +3452,79 @@ static int mount_rootfs(struct sup *s, struct dsec_container_opts *o,
    * volatile: no syncs to the upper file system (an unmount with them syncs
    * the whole file system, milliseconds on a busy disk); a sandbox's
    * writable layer does not outlive a host crash anyway. */
-  {
-    const char *x = ",userxattr";
-    if (s->fncall)
-      opts = xasprintf("lowerdir=%s%s", lowers, x);
-    else
-      opts = xasprintf("lowerdir=%s,upperdir=%s,workdir=%s%s,volatile",
-                       lowers, upper, work, x);
+  if (overlay_fd_layers >= 0) {
+    root = overlay_by_fd(trees, n, empty, upper, work);
+    if (root < 0 && overlay_fd_layers == 0 && errno == EINVAL) {
+      /* the message the older kernel left stays in the fs context we
+       * closed; the path form below says what is wrong if anything is */
+      overlay_fd_layers = -1;
+    } else if (root < 0) {
+      dsec_fail(err, errno, "cannot mount the overlay");
+      goto out;
+    } else
+      overlay_fd_layers = 1;
   }
-  if (fchdir(s->e->run_fd) < 0)
-    return dsec_fail(err, errno, "cannot enter %s", s->e->run);
-  if (mount("overlay", "rootfs", "overlay", MS_NOSUID | MS_NODEV, opts) < 0)
-    return dsec_fail(err, errno, "cannot mount the overlay");
-  if (chdir("/") < 0)
-    return dsec_fail(err, errno, "chdir /");
+  if (root >= 0) {
+    if (syscall(SYS_move_mount, root, "", s->e->run_fd, "rootfs",
+                MOVE_MOUNT_F_EMPTY_PATH) < 0) {
+      dsec_fail(err, errno, "cannot attach the overlay");
+      goto out;
+    }
+  } else {
+    /* before Linux 6.15: each layer mounted at run/lower/<i>, the
+     * overlay's options name them (relative to run/: a shorter string) */
+    for (i = 0; i < n; i++) {
+      size_t layer = n - 1 - i;
+      _cleanup_free_ char *dst = xasprintf("%s/lower/%zu", s->e->run, layer);
+      char *nl;
+      if (dsec_mkdir_p(AT_FDCWD, dst, 0700, err) < 0)
+        goto out;
+      if (syscall(SYS_move_mount, trees[i], "", AT_FDCWD, dst,
+                  MOVE_MOUNT_F_EMPTY_PATH) < 0) {
+        dsec_fail(err, errno, "cannot attach layer %s", o->layers[layer]);
+        goto out;
+      }
+      nl = xasprintf("%s%slower/%zu", lowers, *lowers ? ":" : "", layer);
+      free(lowers);
+      lowers = nl;
+    }
+    if (s->fncall)
+      opts = xasprintf("lowerdir=%s%s,userxattr", lowers,
+                       empty ? ":lower/empty" : "");
+    else
+      opts = xasprintf("lowerdir=%s,upperdir=%s,workdir=%s,userxattr,volatile",
+                       lowers, upper, work);
+    if (fchdir(s->e->run_fd) < 0) {
+      dsec_fail(err, errno, "cannot enter %s", s->e->run);
+      goto out;
+    }
+    if (mount("overlay", "rootfs", "overlay", MS_NOSUID | MS_NODEV, opts) < 0) {
+      dsec_fail(err, errno, "cannot mount the overlay");
+      goto out;
+    }
+    if (chdir("/") < 0) {
+      dsec_fail(err, errno, "chdir /");
+      goto out;
+    }
+  }
 
   {
     _cleanup_close_ int rfd = open(rootfs, O_PATH | O_DIRECTORY | O_CLOEXEC);
-    if (rfd < 0)
-      return dsec_fail(err, errno, "cannot open %s", rootfs);
+    if (rfd < 0) {
+      dsec_fail(err, errno, "cannot open %s", rootfs);
+      goto out;
+    }
     for (i = 0; i < s->e->spec->n_mounts; i++)
       if (bind_into_root(s, rfd, &s->e->spec->mounts[i], userns, base, err) < 0)
-        return -1;
+        goto out;
   }
-  return 0;
+  ret = 0;
+out:
+  for (i = 0; i < n; i++)
+    if (trees[i] >= 0)
+      close(trees[i]);
+  free(trees);
+  return ret;
 }
 
 

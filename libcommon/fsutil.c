@@ -196,9 +196,16 @@ int dsec_write_file_replace(int dirfd, const char *name, const void *buf,
 int dsec_mkdir_p(int dirfd, const char *path, mode_t mode,
                  struct dsec_error **err)
 {
-  _cleanup_free_ char *p = xstrdup(path);
-  char *s = p;
+  _cleanup_free_ char *p = NULL;
+  struct stat st;
+  char *s;
 
+  /* mostly there already: one lookup, no parent locked (a mkdir that
+   * fails with EEXIST still locks the parent directory, which creators
+   * running side by side all write to) */
+  if (fstatat(dirfd, path, &st, 0) == 0 && S_ISDIR(st.st_mode))
+    return 0;
+  s = p = xstrdup(path);
   if (*s == '/')
     s++;
   for (;;) {
@@ -206,7 +213,6 @@ int dsec_mkdir_p(int dirfd, const char *path, mode_t mode,
     if (slash)
       *slash = '\0';
     if (*s && mkdirat(dirfd, p, mode) < 0) {
-      struct stat st;
       if (errno != EEXIST)
         return dsec_fail(err, errno, "cannot create directory %s", p);
       if (fstatat(dirfd, p, &st, 0) < 0 || !S_ISDIR(st.st_mode))
@@ -223,13 +229,12 @@ int dsec_mkdir_p(int dirfd, const char *path, mode_t mode,
 int dsec_open_dir_at(int dirfd, const char *path, bool create,
                      struct dsec_error **err)
 {
-  int fd;
-  if (create) {
-    int ret = dsec_mkdir_p(dirfd, path, 0755, err);
-    if (ret < 0)
-      return ret;
+  int fd = openat(dirfd, path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0 && errno == ENOENT && create) {
+    if (dsec_mkdir_p(dirfd, path, 0755, err) < 0)
+      return -1;
+    fd = openat(dirfd, path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   }
-  fd = openat(dirfd, path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   if (fd < 0)
     return dsec_fail(err, errno, "cannot open directory %s", path);
   return fd;

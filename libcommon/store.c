@@ -51,15 +51,20 @@ int dsec_private_dir(const char *path, struct dsec_error **err)
   char *slash = strrchr(parent, '/');
   struct stat st;
 
-  if (slash && slash != parent) {
-    *slash = '\0';
-    if (dsec_mkdir_p(AT_FDCWD, parent, 0755, err) < 0)
-      return -1;
+  /* made already, mostly: a lookup, not a mkdir per component */
+  if (lstat(path, &st) < 0) {
+    if (errno != ENOENT)
+      return dsec_fail(err, errno, "cannot stat %s", path);
+    if (slash && slash != parent) {
+      *slash = '\0';
+      if (dsec_mkdir_p(AT_FDCWD, parent, 0755, err) < 0)
+        return -1;
+    }
+    if (mkdir(path, 0700) < 0 && errno != EEXIST)
+      return dsec_fail(err, errno, "cannot create %s", path);
+    if (lstat(path, &st) < 0)
+      return dsec_fail(err, errno, "cannot stat %s", path);
   }
-  if (mkdir(path, 0700) < 0 && errno != EEXIST)
-    return dsec_fail(err, errno, "cannot create %s", path);
-  if (lstat(path, &st) < 0)
-    return dsec_fail(err, errno, "cannot stat %s", path);
   if (!S_ISDIR(st.st_mode))
     return dsec_fail(err, ENOTDIR, "%s is not a directory", path);
   if (st.st_uid == geteuid() && (st.st_mode & 077) &&

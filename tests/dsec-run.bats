@@ -1135,9 +1135,9 @@ wait_warm() {
 
 @test "fncall: where the kernel refuses a listener, calls made ahead and as they come answer their command's status; denials fail without one" {
   local id w rec
-  gcc -O2 -o "$BATS_TEST_TMPDIR/nolistener" "$DSEC_SRCDIR/tests/helpers/nolistener.c"
-  run --separate-stderr "$BATS_TEST_TMPDIR/nolistener" dsec-run create --image busybox:1 --backend fncall
-  [ "$status" -ne 77 ] || skip "nolistener does not know this architecture"
+  gcc -O2 -o "$BATS_TEST_TMPDIR/oldkernel" "$DSEC_SRCDIR/tests/helpers/oldkernel.c"
+  run --separate-stderr "$BATS_TEST_TMPDIR/oldkernel" listener dsec-run create --image busybox:1 --backend fncall
+  [ "$status" -ne 77 ] || skip "oldkernel does not know this architecture"
   [ "$status" -eq 0 ] || { echo "create: $output $stderr" >&2; false; }
   id=$(jq -r .id <<<"$output" | tee -a "$SB_IDS")
   # the first call starts as it comes
@@ -1153,6 +1153,53 @@ wait_warm() {
   run -0 --separate-stderr dsec-run exec "$id" -- sh -c 'mount -t tmpfs x /mnt 2>/dev/null || echo refused'
   out_jq '.stdout == "refused\n"'
   run -0 --separate-stderr dsec-run exec "$id" -- true
+}
+
+@test "the root's layers are given to overlayfs as descriptors, and as mounts at run/lower where the kernel refuses descriptors; either way the top layer wins" {
+  local d id oldk=$BATS_TEST_TMPDIR/oldkernel
+  gcc -O2 -o "$oldk" "$DSEC_SRCDIR/tests/helpers/oldkernel.c"
+  # a layer over the image: one file of busybox's replaced, one added
+  d=$BATS_TEST_TMPDIR/over
+  mkdir -p "$d/bin" "$d/etc"
+  printf '#!/bin/sh\necho from the layer\n' >"$d/bin/arch"
+  chmod 755 "$d/bin/arch"
+  echo added >"$d/etc/added"
+  dsec-layer create --dir "$d" --name test/over@1 >/dev/null
+  for how in fd path; do
+    if [ "$how" = fd ]; then
+      id=$(sb_create --layer test/over@1)
+    else
+      run --separate-stderr "$oldk" fdlayers dsec-run create --image busybox:1 --layer test/over@1
+      [ "$status" -ne 77 ] || skip "oldkernel does not know this architecture"
+      [ "$status" -eq 0 ] || { echo "create: $output $stderr" >&2; false; }
+      id=$(jq -r .id <<<"$output" | tee -a "$SB_IDS")
+    fi
+    # no directory is made for a layer where descriptors are taken
+    if [ "$how" = fd ]; then
+      [ ! -e "$DSEC_RUN/$id/lower" ]
+    else
+      [ -d "$DSEC_RUN/$id/lower/0" ] && [ -d "$DSEC_RUN/$id/lower/1" ]
+    fi
+    run -0 --separate-stderr dsec-run exec "$id" -- sh -c \
+      '/bin/arch; cat /etc/added; ls /bin/busybox; echo w >/etc/added; cat /etc/added'
+    out_jq '.stdout == "from the layer\nadded\n/bin/busybox\nw\n"'
+    # what the sandbox wrote is in its upper layer, not in a layer
+    [ "$(cat "$DSEC_ROOT/sandboxes/$id/upper/etc/added")" = w ]
+    run -0 --separate-stderr dsec-run rm "$id"
+  done
+  # fncall (no upper layer, an empty lower one under a single layer)
+  for how in fd path; do
+    if [ "$how" = fd ]; then
+      id=$(sb_create --backend fncall)
+    else
+      run -0 --separate-stderr "$oldk" fdlayers dsec-run create --image busybox:1 --backend fncall
+      id=$(jq -r .id <<<"$output" | tee -a "$SB_IDS")
+    fi
+    [ ! -e "$DSEC_ROOT/sandboxes/$id/upper" ]
+    run -1 --separate-stderr dsec-run exec "$id" -- sh -c 'ls /bin/busybox && : >/x'
+    out_jq '.stdout == "/bin/busybox\n" and (.stderr | test("Read-only"))'
+    run -0 --separate-stderr dsec-run rm "$id"
+  done
 }
 
 @test "fncall: a call's status and signal are its command's; what it left is gone when it is answered" {
