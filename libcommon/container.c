@@ -3318,8 +3318,9 @@ static int bind_into_root(struct sup *s, int rfd, const struct dsec_mount *m,
  * first, each a detached idmapped mount), upper and work: Linux 6.15
  * takes detached mounts as layers ("lowerdir+" with FSCONFIG_SET_FD), so
  * no directory is made for a layer to be mounted on.  A mount descriptor,
- * or -1 with errno; EINVAL from the first layer is an older kernel's
- * (unknown parameter, or a detached mount refused). */
+ * or -1 with errno.  Older kernels fail here in several ways: EBADF for
+ * the O_PATH descriptors open_tree gives (before 6.15), EINVAL for
+ * "lowerdir+" (before 6.13) or for a detached layer (at the create). */
 static int overlay_by_fd(const int *lowers, size_t n, const char *empty,
                          const char *upper, const char *work)
 {
@@ -3345,10 +3346,6 @@ static int overlay_by_fd(const int *lowers, size_t n, const char *empty,
   return (int) syscall(SYS_fsmount, fs, FSMOUNT_CLOEXEC,
                        MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV);
 }
-
-/* Whether this kernel's overlayfs takes detached mounts as layers: known
- * after the first overlay a process makes (0 unknown, 1 yes, -1 no). */
-static int overlay_fd_layers;
 
 /* Mounts the sandbox's root in the supervisor's mount namespace:
  * run/rootfs the overlay of the idmapped layers (given as descriptors, or
@@ -3452,18 +3449,11 @@ static int mount_rootfs(struct sup *s, struct dsec_container_opts *o,
    * volatile: no syncs to the upper file system (an unmount with them syncs
    * the whole file system, milliseconds on a busy disk); a sandbox's
    * writable layer does not outlive a host crash anyway. */
-  if (overlay_fd_layers >= 0) {
-    root = overlay_by_fd(trees, n, empty, upper, work);
-    if (root < 0 && overlay_fd_layers == 0 && errno == EINVAL) {
-      /* the message the older kernel left stays in the fs context we
-       * closed; the path form below says what is wrong if anything is */
-      overlay_fd_layers = -1;
-    } else if (root < 0) {
-      dsec_fail(err, errno, "cannot mount the overlay");
-      goto out;
-    } else
-      overlay_fd_layers = 1;
-  }
+  /* whatever made the descriptors' way fail (an older kernel, or what
+   * would fail the path form too), the path form is tried: it says what
+   * is wrong, if anything is.  (Each supervisor makes one overlay: there
+   * is nothing to remember between tries.) */
+  root = overlay_by_fd(trees, n, empty, upper, work);
   if (root >= 0) {
     if (syscall(SYS_move_mount, root, "", s->e->run_fd, "rootfs",
                 MOVE_MOUNT_F_EMPTY_PATH) < 0) {

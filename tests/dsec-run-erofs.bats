@@ -93,7 +93,14 @@ store_bytes() {
   # in the supervisor's namespace: its own idmapped clone, and none of the
   # host's layer mounts
   sup=$(dsec-run inspect "$id" | jq -r .supervisor_pid)
-  grep -E " $DSEC_RUN/$id/lower/0 .*idmapped.* - erofs " "/proc/$sup/mountinfo"
+  # (where the kernel takes layers as descriptors, overlayfs holds the
+  # clone and no mount of it is in the namespace)
+  if [ -e "$DSEC_RUN/$id/lower" ]; then
+    grep -E " $DSEC_RUN/$id/lower/0 .*idmapped.* - erofs " "/proc/$sup/mountinfo"
+  else
+    ! grep -q " - erofs " "/proc/$sup/mountinfo"
+    grep -qE " $DSEC_RUN/$id/rootfs .* - overlay " "/proc/$sup/mountinfo"
+  fi
   ! grep -q " $DSEC_RUN/layers" "/proc/$sup/mountinfo"
   # and the sandbox's root owns its files
   run -0 --separate-stderr dsec-run exec "$id" -- sh -c 'stat -c "%u %a" /bin/busybox; echo x >/tmp/f && cat /tmp/f'

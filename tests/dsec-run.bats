@@ -1175,8 +1175,9 @@ wait_warm() {
       id=$(jq -r .id <<<"$output" | tee -a "$SB_IDS")
     fi
     # no directory is made for a layer where descriptors are taken
+    # (Linux 6.15: detached mounts as layers, O_PATH descriptors)
     if [ "$how" = fd ]; then
-      [ ! -e "$DSEC_RUN/$id/lower" ]
+      if kernel_at_least 6 15; then [ ! -e "$DSEC_RUN/$id/lower" ]; fi
     else
       [ -d "$DSEC_RUN/$id/lower/0" ] && [ -d "$DSEC_RUN/$id/lower/1" ]
     fi

@@ -25,6 +25,16 @@ busybox_tar() {
   echo "$out"
 }
 
+# kernel_at_least MAJOR MINOR: whether the running kernel is that or newer
+kernel_at_least() {
+  local r maj min
+  r=$(uname -r)
+  maj=${r%%.*}
+  min=${r#*.}
+  min=${min%%[!0-9]*}
+  ((maj > $1 || (maj == $1 && min >= $2)))
+}
+
 require_root() {
   [ "$(id -u)" -eq 0 ] || skip "needs root"
 }

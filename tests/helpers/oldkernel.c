@@ -4,8 +4,9 @@
  * the sandbox's init and its calls).  WHAT:
  *   listener   seccomp(2) refuses a filter a user-notification listener
  *              (EBUSY, as when a filter of an ancestor has one)
- *   fdlayers   fsconfig(2) refuses FSCONFIG_SET_FD (EINVAL, as overlayfs
- *              before Linux 6.13 answers "lowerdir+" given a descriptor)
+ *   fdlayers   fsconfig(2) refuses FSCONFIG_SET_FD (EBADF, as kernels
+ *              before Linux 6.15 answer it for an O_PATH descriptor, which
+ *              open_tree(2) gives)
  * tests/dsec-run.bats uses it; needs root (CAP_SYS_ADMIN) or
  * no_new_privs.  Exits 77 on an architecture it does not know. */
 #define _GNU_SOURCE
@@ -39,7 +40,7 @@ int main(int argc, char **argv)
     /* (of seccomp's operations only SECCOMP_SET_MODE_FILTER takes flags) */
     { "listener", SYS_seccomp, 1, BPF_JSET, SECCOMP_FILTER_FLAG_NEW_LISTENER,
       EBUSY },
-    { "fdlayers", SYS_fsconfig, 1, BPF_JEQ, FSCONFIG_SET_FD, EINVAL },
+    { "fdlayers", SYS_fsconfig, 1, BPF_JEQ, FSCONFIG_SET_FD, EBADF },
   };
   size_t i = 0;
 
