@@ -14,6 +14,9 @@
 # Knobs: BENCH_VIA=create|serve (P `dsec-run create` loops, or one
 # `dsec-run serve` with P creates in flight), BENCH_SAMPLE=20,
 # BENCH_SLABS=1 (also the slab caches that grew most, per sandbox),
+# BENCH_LAT=FILE (every create's line "US STATUS ID START_US", in the
+# order they started: latency and start in microseconds from the first
+# start, ID "-" where none came back; to see when slow creates cluster),
 # BENCH_SPEC (the spec, JSON; default {"image":"busybox:density",
 # "resources":{"memory_mb":64}}: the image is the busybox rootfs of
 # examples/, pulled under that name), BENCH_DIR=/var/tmp, DSEC_BIN=<tree>
@@ -128,7 +131,7 @@ pcpu0=$(meminfo Percpu) mnt0=$(wc -l </proc/self/mountinfo)
 cp /proc/slabinfo "$WORK/slab0"
 
 # creator W: sandboxes W, W+P, ... each by one `dsec-run create`; one line
-# "US STATUS ID" per create in lat/W
+# "US STATUS ID START_US" per create in lat/W
 creator() {
   local w=$1 i t0 t1 out rc
   for ((i = w; i < N; i += P)); do
@@ -137,9 +140,9 @@ creator() {
     out=$("$DSEC" create --spec "$WORK/spec.json" 2>>"$WORK/lat/$w.err") || rc=$?
     t1=$(now_us)
     if [[ $out =~ \"id\":\"(sb-[0-9a-f]+)\" ]]; then
-      echo "$((t1 - t0)) $rc ${BASH_REMATCH[1]}" >>"$WORK/lat/$w"
+      echo "$((t1 - t0)) $rc ${BASH_REMATCH[1]} $((t0 - T0))" >>"$WORK/lat/$w"
     else
-      echo "$((t1 - t0)) $((rc ? rc : 1)) " >>"$WORK/lat/$w"
+      echo "$((t1 - t0)) $((rc ? rc : 1)) - $((t0 - T0))" >>"$WORK/lat/$w"
     fi
   done
 }
@@ -161,9 +164,9 @@ serve_creates() {
     [[ $line =~ \"rid\":([0-9]+) ]] || continue
     rid=${BASH_REMATCH[1]}
     if [[ $line =~ \"id\":\"(sb-[0-9a-f]+)\" ]] && [[ $line != *'"type":"error"'* ]]; then
-      echo "$((t - start[rid])) 0 ${BASH_REMATCH[1]}" >>"$WORK/lat/0"
+      echo "$((t - start[rid])) 0 ${BASH_REMATCH[1]} $((start[rid] - T0))" >>"$WORK/lat/0"
     else
-      echo "$((t - start[rid])) 1 " >>"$WORK/lat/0"
+      echo "$((t - start[rid])) 1 - $((start[rid] - T0))" >>"$WORK/lat/0"
       echo "$line" >>"$WORK/lat/serve.err"
     fi
     got=$((got + 1))
@@ -194,6 +197,7 @@ else
 fi
 T1=$(now_us)
 cat "$WORK"/lat/[0-9]* >"$WORK/all"
+[[ -n ${BENCH_LAT:-} ]] && sort -n -k4,4 "$WORK/all" >"$BENCH_LAT"
 awk '$2 == 0 { print $1 }' "$WORK/all" >"$WORK/ok-us"
 awk '$2 == 0 { print $3 }' "$WORK/all" >"$WORK/ids"
 NOK=$(wc -l <"$WORK/ok-us")
