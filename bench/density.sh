@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # bench/density.sh [N [P]]: N idle sandboxes (default 200) created by P
 # parallel creators (default 4), all alive at once; then prints creates/s,
-# p50/p99 create latency, host memory per sandbox (MemAvailable drop / N,
+# p50/p99 create latency, the busy CPU per create (and the host's kdamond
+# threads' share of it), host memory per sandbox (MemAvailable drop / N,
 # kernel included), audit coverage (records whose masked-file audit is on),
 # an exec check on a sample (BENCH_SAMPLE, default 20: each opens a masked
 # /proc file, which must come back as a "masked" event) and the removal
@@ -129,6 +130,21 @@ mem0=$(meminfo MemAvailable)
 slab0=$(meminfo Slab) pt0=$(meminfo PageTables) ks0=$(meminfo KernelStack)
 pcpu0=$(meminfo Percpu) mnt0=$(wc -l </proc/self/mountinfo)
 cp /proc/slabinfo "$WORK/slab0"
+# the machine's busy CPU while creating, and the part of it the host's
+# DAMON threads took (kdamond: not ours, but each of its access checks of
+# a page walks every process that maps it, and every supervisor and init
+# maps the same pages of dsec-run and libc)
+busy_ticks() { awk '$1 == "cpu" { print $2 + $3 + $4 + $7 + $8 }' /proc/stat; }
+kdamond_ticks() {
+  local p t=0 f
+  for p in $KDAMONDS; do
+    read -ra f 2>/dev/null <"/proc/$p/stat" || continue
+    t=$((t + f[13] + f[14]))
+  done
+  echo "$t"
+}
+KDAMONDS=$(pgrep '^kdamond' || true)
+busy0=$(busy_ticks) kd0=$(kdamond_ticks)
 
 # creator W: sandboxes W, W+P, ... each by one `dsec-run create`; one line
 # "US STATUS ID START_US" per create in lat/W
@@ -196,6 +212,7 @@ else
   KIDS=()
 fi
 T1=$(now_us)
+busy1=$(busy_ticks) kd1=$(kdamond_ticks)
 cat "$WORK"/lat/[0-9]* >"$WORK/all"
 [[ -n ${BENCH_LAT:-} ]] && sort -n -k4,4 "$WORK/all" >"$BENCH_LAT"
 awk '$2 == 0 { print $1 }' "$WORK/all" >"$WORK/ok-us"
@@ -264,6 +281,9 @@ ns=${#sample[@]}
   printf '%-34s %s\n' "creates/s" "$(f '%.1f' "$NOK / (($T1 - $T0) / 1e6)")"
   printf '%-34s %s\n' "create latency p50 / p99 (ms)" \
     "$(f '%.1f' "$(pct "$WORK/ok-us" 0.5) / 1000") / $(f '%.1f' "$(pct "$WORK/ok-us" 0.99) / 1000")"
+  hz=$(getconf CLK_TCK)
+  printf '%-34s %s\n' "busy CPU per create (ms)" \
+    "$(f '%.2f' "($busy1 - $busy0) * 1000 / $hz / ($NOK + ($NOK == 0))") ($(f '%.0f' "($busy1 - $busy0) * 100 / $hz / (($T1 - $T0) / 1e6) / $(nproc)")% of the CPUs; host kdamond: $(f '%.0f' "($kd1 - $kd0) * 100 / ($busy1 - $busy0 + ($busy1 == $busy0))")% of that)"
   printf '%-34s %s\n' "host memory per sandbox (MiB)" \
     "$(f '%.2f' "($mem0 - $mem1) / 1024 / $N") (MemAvailable drop / N)"
   printf '%-34s %s\n' "  kernel: slab, percpu" \
