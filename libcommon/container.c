@@ -1711,6 +1711,9 @@ struct sup {
                          * the root's /sys, or -1: init mounts its own */
   int rootns_fd;        /* the template mount namespace, or -1: init
                          * pivot_roots out of a copy of ours */
+  int dev_fd;           /* our directory of the host's /dev tmpfs, a
+                         * clone, or -1: make_dev mounts a tmpfs */
+  bool dev_shared;      /* /dev is that directory (it outlives us) */
   struct file_handle **mask_fh; /* each masked_paths entry's file, or NULL */
   char *audit_off;      /* why opens of masked files are not recorded */
   json_t *landlock;     /* what Landlock enforces (init's report), or NULL */
@@ -2055,6 +2058,16 @@ static void ctr_epilogue(struct dsec_engine *e)
   struct sup *s = e->b;
   for (size_t i = 0; i < s->n_erofs; i++)
     dsec_layer_hot_note(s->erofs_images[i]);
+  /* our directory of the host's /dev tmpfs outlives us until rm (or a
+   * resume) removes it: what the sandbox left in /dev/shm would be memory
+   * until then, as its own tmpfs, gone with our mount namespace, was not.
+   * Emptied through our mount of it (rm's remover takes it all) */
+  if (s->dev_shared && !e->removing) {
+    _cleanup_free_ char *shm = xasprintf("%s/rootfs/dev/shm", e->run);
+    _cleanup_error_ struct dsec_error *err = NULL;
+    if (dsec_rm_rf_children_at(AT_FDCWD, shm, &err) < 0)
+      dsec_log(DSEC_LOG_DEBUG, 0, "%s", err->msg);
+  }
 }
 
 /* Freezes (or thaws) every process of the sandbox. */
@@ -2639,10 +2652,12 @@ static int bind_dev_nodes(int dev)
   return 0;
 }
 
-/* The sandbox's /dev, its masks and its /dev/shm: one tmpfs, made here
- * and mounted over the root's /dev (ours, whatever the image or a
- * checkpoint put there), where init finds it once in its root.  One file
- * system, not three, because every superblock takes a shrinker id that
+/* The sandbox's /dev, its masks and its /dev/shm: one directory, our own
+ * in the host's shared /dev tmpfs (layermount.h; or, without it, a tmpfs
+ * of our own), mounted over the root's /dev (ours, whatever the image or
+ * a checkpoint put there), where init finds it once in its root.  One
+ * directory of a file system every sandbox shares, not three file
+ * systems of its own, because every superblock takes a shrinker id that
  * each memory cgroup on the host then carries a slot for (see
  * mask_paths).  In it:
  *   - the device nodes' empty files, which the host's nodes are bound
@@ -2657,7 +2672,9 @@ static int bind_dev_nodes(int dev)
  *     (subset=pid).  They are made whether or not opens can be watched:
  *     a sandbox whose masks cannot be bound does not start;
  *   - shm, 1777, mounted again at /dev/shm: the one part the sandbox may
- *     write (nosuid, nodev), 64 MiB as a tmpfs of its own was.
+ *     write (nosuid, nodev); in the shared tmpfs what it writes counts in
+ *     its memory cgroup (which is its only bound), in one of its own the
+ *     tmpfs holds 64 MiB.
  * /dev itself is read-only (nosuid, nodev, noexec) and its files are the
  * supervisor's: nothing in the sandbox can add to it.  As root, the kernel
  * locks these flags in the sandbox's user namespace; rootless (no user
@@ -2670,7 +2687,6 @@ static int make_dev(struct sup *s, struct dsec_error **err)
   _cleanup_free_ char *root = xasprintf("%s/rootfs", s->e->run);
   _cleanup_close_ int rfd = open(root, O_PATH | O_DIRECTORY | O_CLOEXEC);
   _cleanup_close_ int dev = -1;
-  _cleanup_close_ int fs = -1;
   _cleanup_close_ int mnt = -1;
   _cleanup_close_ int shm = -1;
   _cleanup_close_ int masks = -1;
@@ -2700,15 +2716,20 @@ static int make_dev(struct sup *s, struct dsec_error **err)
     if (dev < 0)
       return -1;
   }
-  fs = (int) syscall(SYS_fsopen, "tmpfs", FSOPEN_CLOEXEC);
-  if (fs < 0 ||
-      syscall(SYS_fsconfig, fs, FSCONFIG_SET_STRING, "size", "64m", 0) < 0 ||
-      syscall(SYS_fsconfig, fs, FSCONFIG_SET_STRING, "mode", "0755", 0) < 0 ||
-      syscall(SYS_fsconfig, fs, FSCONFIG_CMD_CREATE, NULL, NULL, 0) < 0 ||
-      (mnt = (int) syscall(SYS_fsmount, fs, FSMOUNT_CLOEXEC,
-                           MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV |
-                             MOUNT_ATTR_NOEXEC)) < 0 ||
-      fchownat(mnt, "", s->base, s->base, AT_EMPTY_PATH) < 0)
+  if (s->dev_fd >= 0) {
+    /* the flags the tmpfs of our own gets below, whatever the clone has */
+    struct mount_attr flags = { .attr_set = MOUNT_ATTR_NOSUID |
+                                            MOUNT_ATTR_NODEV |
+                                            MOUNT_ATTR_NOEXEC };
+    mnt = s->dev_fd;
+    s->dev_fd = -1;
+    s->dev_shared = true;
+    if (syscall(SYS_mount_setattr, mnt, "", AT_EMPTY_PATH, &flags,
+                sizeof flags) < 0 ||
+        fchownat(mnt, "", s->base, s->base, AT_EMPTY_PATH) < 0)
+      return dsec_fail(err, errno, "cannot make the sandbox's /dev");
+  } else if ((mnt = dsec_tmpfs_new("64m", NULL, "0755")) < 0 ||
+             fchownat(mnt, "", s->base, s->base, AT_EMPTY_PATH) < 0)
     return dsec_fail(err, errno, "cannot make the sandbox's /dev");
   for (size_t i = 0; i < ARRAY_SIZE(dev_nodes); i++) {
     int fd = openat(mnt, dev_nodes[i],
@@ -3698,6 +3719,8 @@ static int start_stage1(struct sup *s, json_t *spec, struct dsec_error **err)
       close(s->rootns_fd);
     if (s->sysfs_fd >= 0)
       close(s->sysfs_fd);
+    if (s->dev_fd >= 0)
+      close(s->dev_fd);
     stage1(&a);
   }
   close(ip[1]);
@@ -3978,8 +4001,8 @@ static void layer_fields(json_t *f, json_t *env)
 {
   static const char *const keys[] = { "layer_format", "erofs_unavailable",
                                       "erofs_backing", "sysfs",
-                                      "sysfs_unshared", "mount_ns",
-                                      "mount_ns_own" };
+                                      "sysfs_unshared", "dev", "dev_unshared",
+                                      "mount_ns", "mount_ns_own" };
   for (size_t i = 0; i < ARRAY_SIZE(keys); i++)
     if (json_object_get(env, keys[i]))
       json_object_set(f, keys[i], json_object_get(env, keys[i]));
@@ -4000,6 +4023,7 @@ _Noreturn void dsec_supervisor_main(struct dsec_container_opts *o)
    * layers' */
   s->sysfs_fd = o->layer_fds ? o->layer_fds[o->n_layers] : -1;
   s->rootns_fd = o->layer_fds ? o->layer_fds[o->n_layers + 1] : -1;
+  s->dev_fd = o->layer_fds ? o->layer_fds[o->n_layers + 2] : -1;
   s->msgbuf = xmalloc(MSG_MAX);
   s->rootless = geteuid() != 0;
   dsec_engine_init(e, o, &container_ops, s);

@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <linux/loop.h>
+#include <linux/mount.h>
 #include <sys/ioctl.h>
 #include <sys/random.h>
 #include <sys/stat.h>
@@ -346,6 +347,48 @@ int dsec_rm_rf_at(int dirfd, const char *name, struct dsec_error **err)
   if (unlinkat(dirfd, name, AT_REMOVEDIR) < 0 && errno != ENOENT)
     return dsec_fail(err, errno, "cannot remove %s", name);
   return 0;
+}
+
+int dsec_rm_rf_children_at(int dirfd, const char *name,
+                           struct dsec_error **err)
+{
+  struct stat st;
+  int fd = openat(dirfd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+
+  if (fd < 0)
+    return errno == ENOENT ? 0 : dsec_fail(err, errno, "cannot open %s", name);
+  if (fstat(fd, &st) < 0) {
+    int e = errno;
+    close(fd);
+    return dsec_fail(err, e, "cannot stat %s", name);
+  }
+  if (rm_rf_children(fd, st.st_dev, err) < 0)
+    return dsec_error_wrap(err, "cannot empty %s", name);
+  return 0;
+}
+
+int dsec_tmpfs_new(const char *size, const char *nr_inodes, const char *mode)
+{
+  const char *const opts[][2] = { { "size", size },
+                                  { "nr_inodes", nr_inodes },
+                                  { "mode", mode } };
+  int fs = (int) syscall(SYS_fsopen, "tmpfs", FSOPEN_CLOEXEC);
+  int m = -1, e;
+
+  if (fs < 0)
+    return -1;
+  for (size_t i = 0; i < ARRAY_SIZE(opts); i++)
+    if (opts[i][1] && syscall(SYS_fsconfig, fs, FSCONFIG_SET_STRING,
+                              opts[i][0], opts[i][1], 0) < 0)
+      goto out;
+  if (syscall(SYS_fsconfig, fs, FSCONFIG_CMD_CREATE, NULL, NULL, 0) == 0)
+    m = (int) syscall(SYS_fsmount, fs, FSMOUNT_CLOEXEC,
+                      MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV | MOUNT_ATTR_NOEXEC);
+out:
+  e = errno;
+  close(fs);
+  errno = e;
+  return m;
 }
 
 static int64_t du_walk(int fd, dev_t dev)

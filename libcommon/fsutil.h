@@ -45,6 +45,9 @@ int dsec_open_dir_at(int dirfd, const char *path, bool create,
 /* rm -rf of dirfd/name without following symlinks or crossing mounts;
  * a missing name is not an error. */
 int dsec_rm_rf_at(int dirfd, const char *name, struct dsec_error **err);
+/* The same for what is in the directory dirfd/name, which stays, empty. */
+int dsec_rm_rf_children_at(int dirfd, const char *name,
+                           struct dsec_error **err);
 
 /* dirfd/name as a directory stream (its own descriptor), or NULL with
  * errno set. */
@@ -71,6 +74,11 @@ char *dsec_loop_attach(int backing_fd, bool read_only, int *loop_fd,
  * an idmapped mount: made by a child that lives only until it is opened. */
 int dsec_userns_with_maps(const char *uid_map, const char *gid_map,
                           struct dsec_error **err);
+
+/* A new tmpfs as a detached mount (new fd, close-on-exec; nosuid, nodev,
+ * noexec) with the options size, nr_inodes and mode, each left to the
+ * kernel's default where NULL; or -1 with errno. */
+int dsec_tmpfs_new(const char *size, const char *nr_inodes, const char *mode);
 
 /* Whether path is in use by a mount (it appears in mountinfo, the text of
  * /proc/self/mountinfo, or NULL) or backs a loop device. */

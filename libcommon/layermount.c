@@ -185,9 +185,11 @@ static int mount_layer_at(int ldfd, const char *ldir,
 }
 
 /* A detached clone of run/layers/<h->name>/mnt, mounted first (h->mount)
- * if it is not; *ldfd_out (optional) gets the directory. */
-static int host_mount_clone(const struct host_mount *h, int *ldfd_out,
-                            struct dsec_error **err)
+ * if it is not; *ldfd_out (optional) gets the directory.  With sub, a
+ * clone of mnt/<sub> instead, a directory made empty for it (mode 0755;
+ * what an earlier one of that name left goes first). */
+static int host_mount_clone(const struct host_mount *h, const char *sub,
+                            int *ldfd_out, struct dsec_error **err)
 {
   _cleanup_free_ char *run = dsec_run_dir();
   _cleanup_free_ char *ldir = NULL;
@@ -244,6 +246,22 @@ static int host_mount_clone(const struct host_mount *h, int *ldfd_out,
     }
     if (t < 0)
       return dsec_fail(err, errno, "cannot open %s", h->what);
+  } else if (sub) {
+    /* under the lock: mnt is the shared mount, not the directory under it */
+    _cleanup_close_ int m = openat(ldfd, "mnt", O_RDONLY | O_DIRECTORY |
+                                                  O_NOFOLLOW | O_CLOEXEC);
+    if (m < 0)
+      return dsec_fail(err, errno, "cannot open %s/mnt", ldir);
+    if (dsec_rm_rf_at(m, sub, err) < 0)
+      return -1;
+    if (mkdirat(m, sub, 0755) < 0 || fchmodat(m, sub, 0755, 0) < 0)
+      return dsec_fail(err, errno, "cannot make %s/mnt/%s", ldir, sub);
+    t = (int) syscall(SYS_open_tree, m, sub, OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC);
+    if (t < 0) {
+      int e = errno;
+      unlinkat(m, sub, AT_REMOVEDIR);
+      return dsec_fail(err, e, "cannot clone %s/mnt/%s", ldir, sub);
+    }
   } else {
     t = (int) syscall(SYS_open_tree, ldfd, "mnt",
                       OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC);
@@ -262,7 +280,7 @@ int dsec_layer_mount_clone(const char *digest, const char *image,
   _cleanup_close_ int ldfd = -1;
   struct host_mount h = { dsec_digest_hex(digest), what, mount_layer_at,
                           digest, image };
-  int t = host_mount_clone(&h, &ldfd, err);
+  int t = host_mount_clone(&h, NULL, &ldfd, err);
 
   if (t >= 0 && backing) {
     _cleanup_free_ char *buf = dsec_read_file_at(ldfd, "mount.json", 65536,
@@ -339,7 +357,40 @@ int dsec_sysfs_mount_clone(struct dsec_error **err)
 {
   struct host_mount h = { DSEC_SYSFS_DIR, "the shared sysfs", mount_sysfs,
                           NULL, NULL };
-  return host_mount_clone(&h, NULL, err);
+  return host_mount_clone(&h, NULL, NULL, err);
+}
+
+/* Mounts the sandboxes' /dev tmpfs at ldfd/mnt: nosuid, nodev, noexec,
+ * the root's alone (0700).  No inode limit and a size of the host's
+ * memory: a limit of the file system would be one that every sandbox
+ * shares (one filling it would leave the others none); what a sandbox
+ * writes there counts in its memory cgroup instead. */
+static int mount_devfs(int ldfd, const char *ldir, const struct host_mount *h,
+                       struct dsec_error **err)
+{
+  _cleanup_free_ char *mnt = xasprintf("%s/mnt", ldir);
+  _cleanup_close_ int m = -1;
+
+  (void) h;
+  if (mkdirat(ldfd, "mnt", 0700) < 0 && errno != EEXIST)
+    return dsec_fail(err, errno, "cannot create %s", mnt);
+  if ((m = dsec_tmpfs_new("100%", "0", "0700")) < 0 ||
+      syscall(SYS_move_mount, m, "", ldfd, "mnt", MOVE_MOUNT_F_EMPTY_PATH) < 0)
+    return dsec_fail(err, errno, "cannot mount a tmpfs at %s", mnt);
+  return host_mount_record(ldfd, "tmpfs", mnt, err);
+}
+
+int dsec_devfs_clone(const char *id, struct dsec_error **err)
+{
+  struct host_mount h = { DSEC_DEVFS_DIR, "the sandboxes' /dev", mount_devfs,
+                          NULL, NULL };
+  return host_mount_clone(&h, id, NULL, err);
+}
+
+bool dsec_devfs_mounted(const char *run)
+{
+  _cleanup_free_ char *mnt = xasprintf("%s/layers/" DSEC_DEVFS_DIR "/mnt", run);
+  return mount_root(AT_FDCWD, mnt);
 }
 
 /* What each sandbox's copy goes through (template_ns in container.c,
@@ -393,19 +444,11 @@ static int rootns_check(void)
  * namespace's root.  0 or an errno. */
 static int rootns_build(const char *ldir)
 {
-  int fs, m = -1;
+  int m;
 
   if (mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) < 0)
     return errno;
-  fs = (int) syscall(SYS_fsopen, "tmpfs", FSOPEN_CLOEXEC);
-  if (fs < 0 ||
-      syscall(SYS_fsconfig, fs, FSCONFIG_SET_STRING, "size", "16k", 0) < 0 ||
-      syscall(SYS_fsconfig, fs, FSCONFIG_SET_STRING, "nr_inodes", "16", 0) < 0 ||
-      syscall(SYS_fsconfig, fs, FSCONFIG_SET_STRING, "mode", "0755", 0) < 0 ||
-      syscall(SYS_fsconfig, fs, FSCONFIG_CMD_CREATE, NULL, NULL, 0) < 0 ||
-      (m = (int) syscall(SYS_fsmount, fs, FSMOUNT_CLOEXEC,
-                         MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV |
-                           MOUNT_ATTR_NOEXEC)) < 0 ||
+  if ((m = dsec_tmpfs_new("16k", "16", "0755")) < 0 ||
       syscall(SYS_move_mount, m, "", AT_FDCWD, ldir,
               MOVE_MOUNT_F_EMPTY_PATH) < 0 ||
       chdir(ldir) < 0)
@@ -545,7 +588,7 @@ int dsec_rootns_open(struct dsec_error **err)
 {
   struct host_mount h = { DSEC_ROOTNS_DIR, "the template mount namespace",
                           mount_rootns, NULL, NULL, true };
-  return host_mount_clone(&h, NULL, err);
+  return host_mount_clone(&h, NULL, NULL, err);
 }
 
 bool dsec_rootns_mounted(const char *run)
@@ -668,6 +711,7 @@ int dsec_layer_unbind(const char *run, struct dsec_error **err)
     _cleanup_free_ char *f = xasprintf("%s/mnt", de->d_name);
     if ((strlen(de->d_name) == DSEC_SHA256_HEX_LEN ||
          strcmp(de->d_name, DSEC_SYSFS_DIR) == 0 ||
+         strcmp(de->d_name, DSEC_DEVFS_DIR) == 0 ||
          strcmp(de->d_name, DSEC_ROOTNS_DIR) == 0) &&
         mount_root(dirfd(d), f))
       return 0;

@@ -49,6 +49,21 @@ int dsec_layer_mount_clone(const char *digest, const char *image,
 int dsec_sysfs_mount_clone(struct dsec_error **err);
 bool dsec_sysfs_mounted(const char *run);
 
+/* The tmpfs that holds the /dev of container and fncall sandboxes, each
+ * in a directory of its own named by its id, mounted once per host like
+ * the sysfs, at $DSEC_RUN/layers/dev/mnt (nosuid, nodev, noexec, 0700):
+ * a superblock fewer per sandbox, for the reason the sysfs is shared
+ * (and each is one more list for the kernel to walk when a memory cgroup
+ * goes).  No size or inode limit of its own: what a sandbox writes in
+ * its /dev/shm counts in its memory cgroup.  dsec_devfs_clone makes
+ * mnt/<id> empty and returns a detached clone of it (new fd), mounting
+ * the tmpfs first if it is not; dsec_sandbox_remove_files removes the
+ * directory, dsec-reap the ones no sandbox has and the mount when no
+ * sandbox is left. */
+#define DSEC_DEVFS_DIR "dev"
+int dsec_devfs_clone(const char *id, struct dsec_error **err);
+bool dsec_devfs_mounted(const char *run);
+
 /* The template mount namespace that container and fncall sandboxes
  * start from, made once per host like the sysfs and pinned at
  * $DSEC_RUN/layers/rootns/mnt (its namespace file bound there): its root
@@ -79,8 +94,8 @@ void dsec_layer_mounts_detach(const char *run);
 json_t *dsec_layer_mounts_list(const char *run);
 
 /* Unmounts the host mount of the layer hex (64 hex digits, or
- * DSEC_SYSFS_DIR or DSEC_ROOTNS_DIR) under run, unless someone holds its lock (then *busy,
- * and nothing is done).
+ * DSEC_SYSFS_DIR, DSEC_DEVFS_DIR or DSEC_ROOTNS_DIR) under run, unless
+ * someone holds its lock (then *busy, and nothing is done).
  * Sandboxes running from it keep their clones; a loop device under it
  * detaches itself once the last of them goes. */
 int dsec_layer_unmount(const char *run, const char *hex, bool *busy,

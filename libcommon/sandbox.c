@@ -515,7 +515,7 @@ static void remove_dir(bool bg, const char *top, const char *path,
     dsec_warn("%s", e->msg);
 }
 
-/* Removes the n paths (each locked by its fd in fds, n <= 2) in a process
+/* Removes the n paths (each locked by its fd in fds, n <= 3) in a process
  * of its own that nobody waits for, holding the locks until they are gone
  * (a reaper leaves locked ones alone, removes those a killed remover
  * left), once the process of pidfd after (or -1) is gone.  It is set up
@@ -598,8 +598,8 @@ void dsec_sandbox_remove_files_after(const char *id, json_t *spec, int after)
   _cleanup_free_ char *run_top = dsec_run_dir();
   const char *name = json_string_value(json_object_get(spec, "name"));
   bool bg = remove_in_background && removing_count(root_top) < REMOVING_MAX;
-  char *moved[2] = { NULL, NULL };
-  int fds[2] = { -1, -1 }, n = 0;
+  char *moved[3] = { NULL, NULL, NULL };
+  int fds[3] = { -1, -1, -1 }, n = 0;
 
   /* the host id range first: it is found through the directory */
   dsec_crash_point("removing");
@@ -608,6 +608,16 @@ void dsec_sandbox_remove_files_after(const char *id, json_t *spec, int after)
   remove_dir(bg, root_top, dir, id, true, after, moved, fds, &n);
   dsec_crash_point("directory removed");
   remove_dir(bg, run_top, run, id, false, after, moved, fds, &n);
+  if (dsec_devfs_mounted(run_top)) {
+    /* its /dev, when it was a directory of the host's shared tmpfs: what
+     * it wrote in /dev/shm is memory until then */
+    _cleanup_free_ char *dev_top = xasprintf("%s/layers/" DSEC_DEVFS_DIR "/mnt",
+                                             run_top);
+    _cleanup_free_ char *dev = xasprintf("%s/%s", dev_top, id);
+    struct stat st;
+    if (lstat(dev, &st) == 0)
+      remove_dir(bg, dev_top, dev, id, false, after, moved, fds, &n);
+  }
   if (name)
     dsec_sandbox_name_release(name, id);
   if (n > 0) {

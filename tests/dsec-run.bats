@@ -827,6 +827,85 @@ last_one_reaped() {
   last_one_reaped sysfs_mount sysfs sysfs
 }
 
+@test "/dev: a directory of one tmpfs for every sandbox of the host, out of each other's sight, gone with its sandbox (DSEC_DEV=own: a tmpfs of its own); dsec-reap removes orphans and unmounts it after the last one" {
+  local a b c da top=$DSEC_RUN/layers/dev/mnt
+  a=$(sb_create)
+  b=$(sb_create)
+  run -0 --separate-stderr dsec-run inspect "$a"
+  jq_ok '.dev == "shared" and .environment.dev == "shared" and
+    (has("dev_unshared") | not)'
+  mountpoint -q "$top"
+  run -0 --separate-stderr dsec-run exec "$a" -- sh -c \
+    'echo secret >/dev/shm/a; stat -c %d /dev/shm; touch /dev/x 2>&1 || echo refused; grep -E " /dev(/shm)? " /proc/self/mountinfo | cut -d" " -f5,6'
+  mapfile -t lines < <(jq -r .stdout <<<"$output")
+  da=${lines[0]}
+  [[ ${lines[1]} == *Read-only* ]]
+  [ "${lines[2]}" = refused ]
+  [[ ${lines[3]} == "/dev ro,nosuid,nodev,noexec,"* ]]
+  [[ ${lines[4]} == "/dev/shm rw,nosuid,nodev,"* ]]
+  [ "$(cat "$top/$a/shm/a")" = secret ]
+  # b: the same file system, none of a's files
+  run -0 --separate-stderr dsec-run exec "$b" -- sh -c \
+    'stat -c %d /dev/shm; ls -A /dev/shm | wc -l; cat /dev/shm/a 2>/dev/null || echo none'
+  mapfile -t lines < <(jq -r .stdout <<<"$output")
+  [ "${lines[0]}" = "$da" ]
+  [ "${lines[1]}" = 0 ]
+  [ "${lines[2]}" = none ]
+  # DSEC_DEV=own: a tmpfs of its own, read-only too
+  c=$(DSEC_DEV=own sb_create)
+  run -0 --separate-stderr dsec-run inspect "$c"
+  jq_ok '.dev == "own" and .dev_unshared == "DSEC_DEV=own"'
+  [ ! -e "$top/$c" ]
+  run -0 --separate-stderr dsec-run exec "$c" -- sh -c \
+    'stat -c %d /dev/shm; echo x >/dev/shm/c && echo wrote; touch /dev/x 2>/dev/null || echo refused'
+  mapfile -t lines < <(jq -r .stdout <<<"$output")
+  [ "${lines[0]}" != "$da" ]
+  [ "${lines[1]}" = wrote ]
+  [ "${lines[2]}" = refused ]
+  dsec-run rm "$c" >/dev/null
+  # a's directory goes with it (its remover may finish after rm)
+  dsec-run rm "$a" >/dev/null
+  for _ in $(seq 100); do [ -e "$top/$a" ] || break; sleep 0.1; done
+  [ ! -e "$top/$a" ]
+  [ -d "$top/$b/shm" ]
+  # an orphan a minute old goes, a younger one (a creation's) stays
+  mkdir "$top/sb-0123456789abcdef" "$top/sb-fedcba9876543210"
+  touch "$top/sb-0123456789abcdef/x"
+  touch -d '-2 minutes' "$top/sb-0123456789abcdef"
+  run -0 --separate-stderr dsec-reap --dry-run
+  out_jq -s 'any(.[]; .what == "dev_dir" and .id == "sb-0123456789abcdef" and
+    .action == "would remove") and all(.[]; .id != "sb-fedcba9876543210") and
+    all(.[]; .what != "dev_mount")'
+  run -0 --separate-stderr dsec-reap
+  out_jq -s 'any(.[]; .what == "dev_dir" and .id == "sb-0123456789abcdef" and
+    .action == "removed" and .reason == "orphan")'
+  [ ! -e "$top/sb-0123456789abcdef" ]
+  [ -d "$top/sb-fedcba9876543210" ]
+  dsec-run rm "$b" >/dev/null
+  last_one_reaped dev_mount dev dev
+}
+
+@test "/dev: what a sandbox left in /dev/shm goes when its supervisor ends (released here), as a tmpfs of its own did; resumed, it has an empty one" {
+  local id top=$DSEC_RUN/layers/dev/mnt
+  id=$(sb_create)
+  run -0 --separate-stderr dsec-run exec "$id" -- sh -c \
+    'dd if=/dev/zero of=/dev/shm/f bs=64k count=16 2>/dev/null; ls /dev/shm'
+  [ "$(jq -r .stdout <<<"$output")" = f ]
+  [ "$(stat -c %s "$top/$id/shm/f")" = 1048576 ]
+  run -0 --separate-stderr dsec-run suspend --release "$id"
+  [ -d "$top/$id/shm" ]
+  [ -z "$(ls -A "$top/$id/shm")" ]
+  run -0 --separate-stderr dsec-run resume "$id"
+  run -0 --separate-stderr dsec-run exec "$id" -- sh -c \
+    'ls -A /dev/shm | wc -l; echo y >/dev/shm/y && echo wrote'
+  mapfile -t lines < <(jq -r .stdout <<<"$output")
+  [ "${lines[0]}" = 0 ]
+  [ "${lines[1]}" = wrote ]
+  dsec-run rm "$id" >/dev/null
+  for _ in $(seq 100); do [ -e "$top/$id" ] || break; sleep 0.1; done
+  [ ! -e "$top/$id" ]
+}
+
 @test "mount namespace: a copy of the host's template, with the mounts a copy of the host's gets (DSEC_MOUNT_NS=own); dsec-reap unmounts the template after the last sandbox" {
   local a b c id
   a=$(sb_create)

@@ -772,10 +772,10 @@ static int reap_sandboxes(struct reap *r, struct dsec_error **err)
 
 /* ---- this host's mounts of layers' EROFS images */
 
-/* The host's shared sysfs and template mount namespace (layermount.h)
- * go with the last sandbox of this root (used: what the sandboxes
- * reference, none when there is none): what sysfs_mount, id "sysfs", and
- * what mount_ns, id "rootns".  Sandboxes hold clones or copies of their
+/* The host's shared sysfs, /dev tmpfs and template mount namespace
+ * (layermount.h) go with the last sandbox of this root (used: what the
+ * sandboxes reference, none when there is none): what sysfs_mount, id
+ * "sysfs", what dev_mount, id "dev", and what mount_ns, id "rootns".  Sandboxes hold clones or copies of their
  * own; a creation taking its own holds the lock (then the next run). */
 static int reap_shared_mount(struct reap *r, json_t *used, const char *dir,
                              const char *what, bool mounted,
@@ -815,7 +815,7 @@ static int reap_layer_mounts(struct reap *r, struct dsec_error **err)
   int ret = 0;
 
   if (json_array_size(mounts) == 0 && !dsec_sysfs_mounted(r->run) &&
-      !dsec_rootns_mounted(r->run)) {
+      !dsec_devfs_mounted(r->run) && !dsec_rootns_mounted(r->run)) {
     if (!r->o->dry_run && dsec_layer_unbind(r->run, err) < 0)
       return -1;
     return 0;
@@ -827,6 +827,8 @@ static int reap_layer_mounts(struct reap *r, struct dsec_error **err)
     return -1;
   if (reap_shared_mount(r, used, DSEC_SYSFS_DIR, "sysfs_mount",
                         dsec_sysfs_mounted(r->run), err) < 0 ||
+      reap_shared_mount(r, used, DSEC_DEVFS_DIR, "dev_mount",
+                        dsec_devfs_mounted(r->run), err) < 0 ||
       reap_shared_mount(r, used, DSEC_ROOTNS_DIR, "mount_ns",
                         dsec_rootns_mounted(r->run), err) < 0)
     return -1;
@@ -963,6 +965,37 @@ static int reap_removing(struct reap *r, const char *top,
     path = xasprintf("%s/%s", dir, de->d_name);
     ret = remove_put(r, dirfd(d), de->d_name, "tmp", path, "stale", NULL, err);
   }
+  return ret;
+}
+
+/* ---- directories of the host's shared /dev tmpfs (layermount.h) */
+
+/* A sandbox's directory there whose sandbox is gone (a creation killed
+ * before its directory was in place, a removal killed before it came to
+ * it), once a minute old: a creation makes it before its sandbox's
+ * directory.  Then what removals moved aside there and left. */
+static int reap_dev_dirs(struct reap *r, struct dsec_error **err)
+{
+  _cleanup_free_ char *top = NULL;
+  _cleanup_closedir_ DIR *d = NULL;
+  struct dirent *de;
+  int ret = 0;
+
+  if (!dsec_devfs_mounted(r->run))
+    return 0;
+  top = xasprintf("%s/layers/" DSEC_DEVFS_DIR "/mnt", r->run);
+  d = opendir(top);
+  while (d && (de = readdir(d)) && ret == 0) {
+    _cleanup_free_ char *path = NULL;
+    if (!dsec_sandbox_id_valid(de->d_name) || has_dir(r, de->d_name) ||
+        age_at(r, dirfd(d), de->d_name) < STALE_S)
+      continue;
+    path = xasprintf("%s/%s", top, de->d_name);
+    ret = remove_put(r, dirfd(d), de->d_name, "dev_dir", de->d_name, "orphan",
+                     json_pack("{s:s}", "path", path), err);
+  }
+  if (ret == 0)
+    ret = reap_removing(r, top, err);
   return ret;
 }
 
@@ -1848,6 +1881,8 @@ int dsec_reap(const struct dsec_reap_opts *o, dsec_reap_emit_fn emit,
     ret = reap_mounts(&r, err);
   if (ret == 0)
     ret = reap_sandboxes(&r, err);
+  if (ret == 0)
+    ret = reap_dev_dirs(&r, err);
   if (ret == 0)
     ret = reap_layer_mounts(&r, err);
   if (ret == 0)

@@ -866,6 +866,27 @@ static void container_mount_ns(json_t *env, int *fd)
                        "mount_ns_own", dsec_rootns_open, fd);
 }
 
+/* The /dev of container or fncall sandbox id: a clone of its directory in
+ * the host's shared tmpfs, or (-1) a tmpfs of its own ("dev": "shared" or
+ * "own", "dev_unshared"). */
+static void container_dev(json_t *env, const char *id, int *fd)
+{
+  _cleanup_error_ struct dsec_error *e = NULL;
+  const char *want = getenv("DSEC_DEV");
+
+  if (want && strcmp(want, "own") == 0) {
+    *fd = -1;
+    dsec_error_set(&e, DSEC_EXIT_FAILURE, 0, "DSEC_DEV=own");
+  } else
+    *fd = dsec_devfs_clone(id, &e);
+  json_object_set_new(env, "dev", json_string(*fd >= 0 ? "shared" : "own"));
+  if (*fd < 0) {
+    json_object_set_new(env, "dev_unshared",
+                        json_string(e && e->msg ? e->msg : "dev"));
+    dsec_debug("dev of the sandbox's own: %s", e ? e->msg : "");
+  }
+}
+
 /* Creates the sandbox; *id gets its id. */
 /* ---- warm pools
  *
@@ -1108,8 +1129,8 @@ static int create_sandbox(json_t *spec_in, const char *reuse_id,
     n_layers = json_array_size(json_object_get(env, "layers"));
     layers = xzalloc(sizeof *layers * (n_layers + 1));
     if (!vm) {
-      layer_fds = xmalloc(sizeof *layer_fds * (n_layers + 2));
-      for (i = 0; i < n_layers + 2; i++)
+      layer_fds = xmalloc(sizeof *layer_fds * (n_layers + 3));
+      for (i = 0; i < n_layers + 3; i++)
         layer_fds[i] = -1;
       if (container_layers(store, env, layers, layer_fds, err) < 0)
         goto out;
@@ -1133,6 +1154,8 @@ static int create_sandbox(json_t *spec_in, const char *reuse_id,
    * appears complete or not at all (made under a temporary name). */
   id = reuse_id ? xstrdup(reuse_id) : dsec_sandbox_new_id();
   dir = dsec_sandbox_dir(id);
+  if (layer_fds)
+    container_dev(env, id, &layer_fds[n_layers + 2]);
   if (pipe2(pfd, O_CLOEXEC) < 0 || pipe2(gofd, O_CLOEXEC) < 0) {
     dsec_fail(err, errno, "pipe");
     goto out;
@@ -1175,23 +1198,23 @@ static int create_sandbox(json_t *spec_in, const char *reuse_id,
      * of other requests open): the ready pipe becomes fd 3, the rest go */
     if (dup2(pfd[1], 3) < 0)
       _exit(1);
-    /* and the layers' mounts 4, 5, ..., then the sysfs's and the
-     * template mount namespace's (first out of that range) */
-    for (size_t i = 0; layer_fds && i < n_layers + 2; i++)
+    /* and the layers' mounts 4, 5, ..., then the sysfs's, the template
+     * mount namespace's and /dev's (first out of that range) */
+    for (size_t i = 0; layer_fds && i < n_layers + 3; i++)
       if (layer_fds[i] >= 0 &&
           (layer_fds[i] = fcntl(layer_fds[i], F_DUPFD_CLOEXEC,
-                                6 + (int) n_layers)) < 0)
+                                7 + (int) n_layers)) < 0)
         _exit(1);
-    for (size_t i = 0; layer_fds && i < n_layers + 2; i++)
+    for (size_t i = 0; layer_fds && i < n_layers + 3; i++)
       if (layer_fds[i] >= 0 &&
           (layer_fds[i] = dup3(layer_fds[i], 4 + (int) i, O_CLOEXEC)) < 0)
         _exit(1);
-    syscall(SYS_close_range, 4U + (unsigned) (layer_fds ? n_layers + 2 : 0),
+    syscall(SYS_close_range, 4U + (unsigned) (layer_fds ? n_layers + 3 : 0),
             ~0U, 0U);
     /* the slots of layers that came as directories (no mount), or of no
-     * sysfs or template, held the creator's descriptors: a pipe of
+     * sysfs, template or /dev, held the creator's descriptors: a pipe of
      * serve's kept open there would never see its end */
-    for (size_t i = 0; layer_fds && i < n_layers + 2; i++)
+    for (size_t i = 0; layer_fds && i < n_layers + 3; i++)
       if (layer_fds[i] < 0)
         close(4 + (int) i);
     co.ready_fd = 3;
@@ -1390,7 +1413,7 @@ out:
   for (size_t i = 0; layers && i < n_layers; i++)
     free(layers[i]);
   free(layers);
-  for (size_t i = 0; layer_fds && i < n_layers + 2; i++)
+  for (size_t i = 0; layer_fds && i < n_layers + 3; i++)
     if (layer_fds[i] >= 0)
       close(layer_fds[i]);
   free(layer_fds);

@@ -7,7 +7,10 @@
 #include <fcntl.h>
 #include <grp.h>
 #include <string.h>
+#include <linux/magic.h>
 #include <sys/stat.h>
+#include <sys/statfs.h>
+#include <sys/statvfs.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -391,6 +394,61 @@ static void test_rm_rf(void)
   close(dfd);
 }
 
+static void test_rm_rf_children(void)
+{
+  struct dsec_error *err = NULL;
+  int dfd = subdir("rmc");
+
+  build_tree(dfd, "tree");
+  is_int(dsec_rm_rf_children_at(dfd, "tree", &err), 0,
+         "rm_rf_children of a nested tree");
+  ok(is_dir(dfd, "tree") && unlinkat(dfd, "tree", AT_REMOVEDIR) == 0,
+     "... leaves the directory, empty");
+  is_str(slurp(dfd, "outside/keep"), "keep",
+         "... and does not follow symlinks out of it");
+  is_int(dsec_rm_rf_children_at(dfd, "never-made", &err), 0,
+         "rm_rf_children of a missing name is ok");
+  symlink_or_bail("outside", dfd, "link");
+  is_int(dsec_rm_rf_children_at(dfd, "link", &err), -1,
+         "rm_rf_children of a symlink to a directory fails");
+  check_error(&err, DSEC_EXIT_FAILURE, ENOTDIR, "a symlink");
+  ok(exists(dfd, "outside/keep"), "... and leaves its target alone");
+  close(dfd);
+}
+
+/* ---- dsec_tmpfs_new ---- */
+
+static void test_tmpfs_new(void)
+{
+  struct statvfs sv;
+  struct statfs sf;
+  struct stat st;
+  int m;
+
+  if (geteuid() != 0) {
+    skip(5, "mounting a tmpfs needs root");
+    return;
+  }
+  m = dsec_tmpfs_new("1m", "8", "0710");
+  ok(m >= 0, "tmpfs_new with a size, an inode count and a mode");
+  if (m < 0) {
+    skip(4, "no tmpfs: %s", strerror(errno));
+    return;
+  }
+  ok(fstatfs(m, &sf) == 0 && sf.f_type == TMPFS_MAGIC, "... is a tmpfs");
+  ok(fstatvfs(m, &sv) == 0 && sv.f_blocks * sv.f_frsize == 1 << 20 &&
+       sv.f_files == 8,
+     "... of that size and inode count");
+  ok((sv.f_flag & (ST_NOSUID | ST_NODEV | ST_NOEXEC)) ==
+       (ST_NOSUID | ST_NODEV | ST_NOEXEC),
+     "... nosuid, nodev, noexec");
+  ok(fstat(m, &st) == 0 && (st.st_mode & 07777) == 0710, "... with that mode");
+  close(m);
+  m = dsec_tmpfs_new(NULL, "no-number", NULL);
+  is_int(m, -1, "tmpfs_new with an option the kernel refuses fails");
+  is_int(errno, EINVAL, "... with its errno");
+}
+
 /* In a child that is not root (root ignores modes, so the read-only
  * directories are only a test for someone else): build a tree and rm -rf
  * it.  Child exit: 0 ok, 1 rm_rf failed, 2 tree left, 3 outside harmed,
@@ -598,6 +656,8 @@ int main(void)
   test_mkdir_p();
   test_rm_rf();
   test_rm_rf_unprivileged();
+  test_rm_rf_children();
+  test_tmpfs_new();
   test_copy_fd();
   test_open_tmp();
   test_open_dir();
