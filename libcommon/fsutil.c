@@ -241,7 +241,30 @@ int dsec_open_dir_at(int dirfd, const char *path, bool create,
   return fd;
 }
 
-static int rm_rf_children(int fd, dev_t dev, struct dsec_error **err)
+/* How deep rm_rf_children descends: a directory further down is moved up
+ * to the top of the removal (renamed into it) and removed from there in
+ * another pass, so that a tree of any depth (a sandbox can make one
+ * thousands deep) goes with a bounded number of open descriptors. */
+#define RM_DEPTH_MAX 64
+
+/* Moves directory name of fd into top under a name of its own: true when
+ * it did (it is then left for the next pass). */
+static bool rm_move_up(int fd, const char *name, int top)
+{
+  static unsigned long long n;
+  char to[64];
+  unsigned long long r;
+
+  if (getrandom(&r, sizeof r, GRND_NONBLOCK) != sizeof r)
+    r = (unsigned long long) getpid() << 32;
+  snprintf(to, sizeof to, ".dsec-rm-%016llx-%llu", r, ++n);
+  return syscall(SYS_renameat2, fd, name, top, to, RENAME_NOREPLACE) == 0;
+}
+
+/* Removes what is in fd (which it closes), depth levels below top;
+ * *moved is set when a directory was moved up to top. */
+static int rm_rf_level(int fd, dev_t dev, int top, unsigned depth,
+                       bool *moved, struct dsec_error **err)
 {
   DIR *d = fdopendir(fd);
   struct dirent *de;
@@ -267,6 +290,10 @@ static int rm_rf_children(int fd, dev_t dev, struct dsec_error **err)
         ret = dsec_fail(err, EBUSY, "%s is a mount point", de->d_name);
         break;
       }
+      if (depth >= RM_DEPTH_MAX && rm_move_up(dirfd(d), de->d_name, top)) {
+        *moved = true;
+        continue;
+      }
       cfd = openat(dirfd(d), de->d_name,
                    O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
       if (cfd < 0 && errno == EACCES) {
@@ -287,7 +314,7 @@ static int rm_rf_children(int fd, dev_t dev, struct dsec_error **err)
         close(cfd);
         break;
       }
-      ret = rm_rf_children(cfd, dev, err);
+      ret = rm_rf_level(cfd, dev, top, depth + 1, moved, err);
       if (ret < 0) {
         dsec_error_wrap(err, "%s", de->d_name);
         break;
@@ -303,6 +330,26 @@ static int rm_rf_children(int fd, dev_t dev, struct dsec_error **err)
     }
   }
   closedir(d);
+  return ret;
+}
+
+/* Removes what is in fd (which it closes), in passes while directories
+ * too deep were moved up to it. */
+static int rm_rf_children(int fd, dev_t dev, struct dsec_error **err)
+{
+  bool moved;
+  int ret;
+
+  do {
+    int pass = openat(fd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (pass < 0) {
+      ret = dsec_fail(err, errno, "cannot read directory");
+      break;
+    }
+    moved = false;
+    ret = rm_rf_level(pass, dev, fd, 1, &moved, err);
+  } while (ret == 0 && moved);
+  close(fd);
   return ret;
 }
 

@@ -256,7 +256,8 @@ static int host_mount_clone(const struct host_mount *h, const char *sub,
       return -1;
     if (mkdirat(m, sub, 0755) < 0 || fchmodat(m, sub, 0755, 0) < 0)
       return dsec_fail(err, errno, "cannot make %s/mnt/%s", ldir, sub);
-    t = (int) syscall(SYS_open_tree, m, sub, OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC);
+    t = (int) syscall(SYS_open_tree, m, sub,
+                      OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC);
     if (t < 0) {
       int e = errno;
       unlinkat(m, sub, AT_REMOVEDIR);
@@ -361,10 +362,11 @@ int dsec_sysfs_mount_clone(struct dsec_error **err)
 }
 
 /* Mounts the sandboxes' /dev tmpfs at ldfd/mnt: nosuid, nodev, noexec,
- * the root's alone (0700).  No inode limit and a size of the host's
- * memory: a limit of the file system would be one that every sandbox
- * shares (one filling it would leave the others none); what a sandbox
- * writes there counts in its memory cgroup instead. */
+ * the root's alone (0700).  No inode limit and the host's memory for a
+ * size: a smaller limit of the file system would be one that every
+ * sandbox shares (one filling it would leave the others none); what a
+ * sandbox writes there counts in its memory cgroup, whose limit bounds
+ * it. */
 static int mount_devfs(int ldfd, const char *ldir, const struct host_mount *h,
                        struct dsec_error **err)
 {

@@ -54,8 +54,11 @@ bool dsec_sysfs_mounted(const char *run);
  * the sysfs, at $DSEC_RUN/layers/dev/mnt (nosuid, nodev, noexec, 0700):
  * a superblock fewer per sandbox, for the reason the sysfs is shared
  * (and each is one more list for the kernel to walk when a memory cgroup
- * goes).  No size or inode limit of its own: what a sandbox writes in
- * its /dev/shm counts in its memory cgroup.  dsec_devfs_clone makes
+ * goes).  No inode limit, and the host's memory for a size: a limit of
+ * its own would be one every sandbox shares; what a sandbox writes in
+ * its /dev/shm counts in its memory cgroup, so only sandboxes with a
+ * memory limit get a directory here (dsec-run's front decides).
+ * dsec_devfs_clone makes
  * mnt/<id> empty and returns a detached clone of it (new fd), mounting
  * the tmpfs first if it is not; dsec_sandbox_remove_files removes the
  * directory, dsec-reap the ones no sandbox has and the mount when no

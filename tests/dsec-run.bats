@@ -827,10 +827,10 @@ last_one_reaped() {
   last_one_reaped sysfs_mount sysfs sysfs
 }
 
-@test "/dev: a directory of one tmpfs for every sandbox of the host, out of each other's sight, gone with its sandbox (DSEC_DEV=own: a tmpfs of its own); dsec-reap removes orphans and unmounts it after the last one" {
-  local a b c da top=$DSEC_RUN/layers/dev/mnt
-  a=$(sb_create)
-  b=$(sb_create)
+@test "/dev: a directory of one tmpfs for every sandbox of the host with a memory limit, out of each other's sight, gone with its sandbox (DSEC_DEV=own, or no limit: a tmpfs of its own); dsec-reap removes orphans and unmounts it after the last one" {
+  local a b c d da top=$DSEC_RUN/layers/dev/mnt
+  a=$(sb_create --memory 64)
+  b=$(sb_create --memory 64)
   run -0 --separate-stderr dsec-run inspect "$a"
   jq_ok '.dev == "shared" and .environment.dev == "shared" and
     (has("dev_unshared") | not)'
@@ -852,10 +852,21 @@ last_one_reaped() {
   [ "${lines[1]}" = 0 ]
   [ "${lines[2]}" = none ]
   # DSEC_DEV=own: a tmpfs of its own, read-only too
-  c=$(DSEC_DEV=own sb_create)
+  c=$(DSEC_DEV=own sb_create --memory 64)
   run -0 --separate-stderr dsec-run inspect "$c"
   jq_ok '.dev == "own" and .dev_unshared == "DSEC_DEV=own"'
   [ ! -e "$top/$c" ]
+  # no memory limit, nothing would bound its /dev/shm: a tmpfs of its own
+  d=$(sb_create)
+  run -0 --separate-stderr dsec-run inspect "$d"
+  jq_ok '.dev == "own" and (.dev_unshared | startswith("no memory limit"))'
+  [ ! -e "$top/$d" ]
+  run -0 --separate-stderr dsec-run exec "$d" -- sh -c \
+    'dd if=/dev/zero of=/dev/shm/big bs=1M count=65 2>/dev/null; stat -c %s /dev/shm/big; df -k /dev/shm | tail -1'
+  mapfile -t lines < <(jq -r .stdout <<<"$output")
+  [ "${lines[0]}" -le $((64 << 20)) ]
+  [[ ${lines[1]} == *" 65536 "* ]]
+  dsec-run rm "$d" >/dev/null
   run -0 --separate-stderr dsec-run exec "$c" -- sh -c \
     'stat -c %d /dev/shm; echo x >/dev/shm/c && echo wrote; touch /dev/x 2>/dev/null || echo refused'
   mapfile -t lines < <(jq -r .stdout <<<"$output")
@@ -887,7 +898,7 @@ last_one_reaped() {
 
 @test "/dev: what a sandbox left in /dev/shm goes when its supervisor ends (released here), as a tmpfs of its own did; resumed, it has an empty one" {
   local id top=$DSEC_RUN/layers/dev/mnt
-  id=$(sb_create)
+  id=$(sb_create --memory 64)
   run -0 --separate-stderr dsec-run exec "$id" -- sh -c \
     'dd if=/dev/zero of=/dev/shm/f bs=64k count=16 2>/dev/null; ls /dev/shm'
   [ "$(jq -r .stdout <<<"$output")" = f ]

@@ -775,8 +775,9 @@ static int reap_sandboxes(struct reap *r, struct dsec_error **err)
 /* The host's shared sysfs, /dev tmpfs and template mount namespace
  * (layermount.h) go with the last sandbox of this root (used: what the
  * sandboxes reference, none when there is none): what sysfs_mount, id
- * "sysfs", what dev_mount, id "dev", and what mount_ns, id "rootns".  Sandboxes hold clones or copies of their
- * own; a creation taking its own holds the lock (then the next run). */
+ * "sysfs", what dev_mount, id "dev", and what mount_ns, id "rootns".
+ * Sandboxes hold clones or copies of their own; a creation taking its
+ * own holds the lock (then the next run). */
 static int reap_shared_mount(struct reap *r, json_t *used, const char *dir,
                              const char *what, bool mounted,
                              struct dsec_error **err)
@@ -987,8 +988,14 @@ static int reap_dev_dirs(struct reap *r, struct dsec_error **err)
   d = opendir(top);
   while (d && (de = readdir(d)) && ret == 0) {
     _cleanup_free_ char *path = NULL;
+    _cleanup_free_ char *tmp = NULL;
     if (!dsec_sandbox_id_valid(de->d_name) || has_dir(r, de->d_name) ||
         age_at(r, dirfd(d), de->d_name) < STALE_S)
+      continue;
+    /* a creation still on its way (a stalled one: its directory is made
+     * under a temporary name, then renamed) */
+    tmp = xasprintf("%s/.tmp-%s", r->sbdir, de->d_name);
+    if (exists_at(AT_FDCWD, tmp))
       continue;
     path = xasprintf("%s/%s", top, de->d_name);
     ret = remove_put(r, dirfd(d), de->d_name, "dev_dir", de->d_name, "orphan",

@@ -868,16 +868,20 @@ static void container_mount_ns(json_t *env, int *fd)
 
 /* The /dev of container or fncall sandbox id: a clone of its directory in
  * the host's shared tmpfs, or (-1) a tmpfs of its own ("dev": "shared" or
- * "own", "dev_unshared"). */
-static void container_dev(json_t *env, const char *id, int *fd)
+ * "own", "dev_unshared").  Only a sandbox with a memory limit shares it:
+ * what it writes in /dev/shm is bounded by that limit alone. */
+static void container_dev(json_t *env, json_t *spec, const char *id, int *fd)
 {
   _cleanup_error_ struct dsec_error *e = NULL;
   const char *want = getenv("DSEC_DEV");
 
-  if (want && strcmp(want, "own") == 0) {
-    *fd = -1;
+  *fd = -1;
+  if (want && strcmp(want, "own") == 0)
     dsec_error_set(&e, DSEC_EXIT_FAILURE, 0, "DSEC_DEV=own");
-  } else
+  else if (!json_object_get(json_object_get(spec, "resources"), "memory_mb"))
+    dsec_error_set(&e, DSEC_EXIT_FAILURE, 0,
+                   "no memory limit (resources.memory_mb)");
+  else
     *fd = dsec_devfs_clone(id, &e);
   json_object_set_new(env, "dev", json_string(*fd >= 0 ? "shared" : "own"));
   if (*fd < 0) {
@@ -1155,7 +1159,7 @@ static int create_sandbox(json_t *spec_in, const char *reuse_id,
   id = reuse_id ? xstrdup(reuse_id) : dsec_sandbox_new_id();
   dir = dsec_sandbox_dir(id);
   if (layer_fds)
-    container_dev(env, id, &layer_fds[n_layers + 2]);
+    container_dev(env, spec, id, &layer_fds[n_layers + 2]);
   if (pipe2(pfd, O_CLOEXEC) < 0 || pipe2(gofd, O_CLOEXEC) < 0) {
     dsec_fail(err, errno, "pipe");
     goto out;

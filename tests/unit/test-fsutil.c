@@ -8,6 +8,7 @@
 #include <grp.h>
 #include <string.h>
 #include <linux/magic.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/statfs.h>
 #include <sys/statvfs.h>
@@ -416,6 +417,50 @@ static void test_rm_rf_children(void)
   close(dfd);
 }
 
+/* A chain of n directories d/d/d/... under dfd/name, with a file at the
+ * bottom, made through descriptors (no path is that long). */
+static void build_deep(int dfd, const char *name, int n)
+{
+  int fd;
+
+  if (mkdirat(dfd, name, 0755) < 0 ||
+      (fd = openat(dfd, name, O_RDONLY | O_DIRECTORY | O_CLOEXEC)) < 0)
+    bail_out("cannot make %s", name);
+  for (int i = 0; i < n; i++) {
+    int next;
+    if (mkdirat(fd, "d", i % 7 ? 0755 : 0555) < 0 ||
+        (next = openat(fd, "d", O_RDONLY | O_DIRECTORY | O_CLOEXEC)) < 0)
+      bail_out("cannot make level %d of %s", i, name);
+    close(fd);
+    fd = next;
+  }
+  put_str(fd, "bottom", "x");
+  close(fd);
+}
+
+static void test_rm_rf_deep(void)
+{
+  struct dsec_error *err = NULL;
+  struct rlimit lim, low = { 256, 256 };
+  int dfd = subdir("deep");
+
+  /* deeper than the descriptors it may open */
+  getrlimit(RLIMIT_NOFILE, &lim);
+  build_deep(dfd, "tree", 3000);
+  build_deep(dfd, "kept", 300);
+  setrlimit(RLIMIT_NOFILE, &low);
+  is_int(dsec_rm_rf_at(dfd, "tree", &err), 0,
+         "rm_rf of a tree 3,000 directories deep, with 256 descriptors");
+  ok(!exists(dfd, "tree"), "... removes it all");
+  is_int(dsec_rm_rf_children_at(dfd, "kept", &err), 0,
+         "rm_rf_children of one 300 deep");
+  ok(is_dir(dfd, "kept") && unlinkat(dfd, "kept", AT_REMOVEDIR) == 0,
+     "... leaves the directory, empty");
+  setrlimit(RLIMIT_NOFILE, &lim);
+  dsec_error_free(err);
+  close(dfd);
+}
+
 /* ---- dsec_tmpfs_new ---- */
 
 static void test_tmpfs_new(void)
@@ -657,6 +702,7 @@ int main(void)
   test_rm_rf();
   test_rm_rf_unprivileged();
   test_rm_rf_children();
+  test_rm_rf_deep();
   test_tmpfs_new();
   test_copy_fd();
   test_open_tmp();
