@@ -258,7 +258,13 @@ static bool rm_move_up(int fd, const char *name, int top)
   if (getrandom(&r, sizeof r, GRND_NONBLOCK) != sizeof r)
     r = (unsigned long long) getpid() << 32;
   snprintf(to, sizeof to, ".dsec-rm-%016llx-%llu", r, ++n);
-  return syscall(SYS_renameat2, fd, name, top, to, RENAME_NOREPLACE) == 0;
+  if (syscall(SYS_renameat2, fd, name, top, to, RENAME_NOREPLACE) == 0)
+    return true;
+  /* a directory moves to a new parent only where its ".." can be
+   * written: a read-only one from an archive, made ours first (root
+   * ignores the mode, anyone else does not) */
+  return errno == EACCES && fchmodat(fd, name, 0700, 0) == 0 &&
+         syscall(SYS_renameat2, fd, name, top, to, RENAME_NOREPLACE) == 0;
 }
 
 /* Removes what is in fd (which it closes), depth levels below top;
@@ -341,9 +347,12 @@ static int rm_rf_children(int fd, dev_t dev, struct dsec_error **err)
   int ret;
 
   do {
-    int pass = openat(fd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    if (pass < 0) {
+    /* each pass reads it again from its start */
+    int pass = fcntl(fd, F_DUPFD_CLOEXEC, 0);
+    if (pass < 0 || lseek(pass, 0, SEEK_SET) < 0) {
       ret = dsec_fail(err, errno, "cannot read directory");
+      if (pass >= 0)
+        close(pass);
       break;
     }
     moved = false;

@@ -989,13 +989,13 @@ static int reap_dev_dirs(struct reap *r, struct dsec_error **err)
   while (d && (de = readdir(d)) && ret == 0) {
     _cleanup_free_ char *path = NULL;
     _cleanup_free_ char *tmp = NULL;
-    if (!dsec_sandbox_id_valid(de->d_name) || has_dir(r, de->d_name) ||
+    if (!dsec_sandbox_id_valid(de->d_name) ||
         age_at(r, dirfd(d), de->d_name) < STALE_S)
       continue;
     /* a creation still on its way (a stalled one: its directory is made
-     * under a temporary name, then renamed) */
+     * under a temporary name, then renamed: looked for first) */
     tmp = xasprintf("%s/.tmp-%s", r->sbdir, de->d_name);
-    if (exists_at(AT_FDCWD, tmp))
+    if (exists_at(AT_FDCWD, tmp) || has_dir(r, de->d_name))
       continue;
     path = xasprintf("%s/%s", top, de->d_name);
     ret = remove_put(r, dirfd(d), de->d_name, "dev_dir", de->d_name, "orphan",

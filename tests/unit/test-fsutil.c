@@ -428,9 +428,12 @@ static void build_deep(int dfd, const char *name, int n)
     bail_out("cannot make %s", name);
   for (int i = 0; i < n; i++) {
     int next;
-    if (mkdirat(fd, "d", i % 7 ? 0755 : 0555) < 0 ||
+    if (mkdirat(fd, "d", 0755) < 0 ||
         (next = openat(fd, "d", O_RDONLY | O_DIRECTORY | O_CLOEXEC)) < 0)
       bail_out("cannot make level %d of %s", i, name);
+    /* some read-only, as from an archive (once their child is made) */
+    if (i % 7 == 6 && fchmod(fd, 0555) < 0)
+      bail_out("cannot chmod level %d of %s", i, name);
     close(fd);
     fd = next;
   }
@@ -441,11 +444,14 @@ static void build_deep(int dfd, const char *name, int n)
 static void test_rm_rf_deep(void)
 {
   struct dsec_error *err = NULL;
-  struct rlimit lim, low = { 256, 256 };
+  struct rlimit lim, low;
   int dfd = subdir("deep");
 
-  /* deeper than the descriptors it may open */
+  /* deeper than the descriptors it may open (the soft limit, which goes
+   * back up after) */
   getrlimit(RLIMIT_NOFILE, &lim);
+  low = lim;
+  low.rlim_cur = 256;
   build_deep(dfd, "tree", 3000);
   build_deep(dfd, "kept", 300);
   setrlimit(RLIMIT_NOFILE, &low);
